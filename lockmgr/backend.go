@@ -1,0 +1,51 @@
+package lockmgr
+
+import "context"
+
+// Backend holds the host's claim on locks: the engine arbitrates between the
+// processes of this host, and asks the backend for one claim per lock, in the
+// strongest mode any local holder needs, shared by all of them. The local
+// backend keeps claims in the host's kernel flock table; the gcs backend keeps
+// them as leases in a bucket, so that many hosts share one namespace.
+//
+// The engine calls at most one method per lock at a time (it serialises
+// Claim, Convert and Release of one lock), never while holding its mutex.
+type Backend interface {
+	// Claim takes the host's claim on id in mode. With wait it blocks until
+	// the claim is granted or ctx ends (returning ctx.Err()); without, it
+	// returns ErrWouldBlock at once if another host or process holds a
+	// conflicting claim. ErrUnavailable means the backend could not be reached.
+	Claim(ctx context.Context, id LockID, mode Mode, wait bool) (Lease, error)
+	// Close releases every claim still held and stops the backend's
+	// goroutines. The engine calls it once, last.
+	Close() error
+}
+
+// Lease is the host's claim on one lock.
+type Lease interface {
+	// Mode is the mode the claim is held in.
+	Mode() Mode
+	// Convert changes the claim's mode. A downgrade never waits. An upgrade
+	// that cannot be granted at once returns ErrWouldBlock without wait;
+	// with wait it blocks until granted or ctx ends. If the claim cannot be
+	// kept at its old mode meanwhile, Convert returns ErrLeaseLost and the
+	// lease is dead.
+	Convert(ctx context.Context, mode Mode, wait bool) error
+	// NextToken returns a fencing token for a new grant on this lock,
+	// strictly greater than every token handed out before for it, by any
+	// host or daemon, across restarts.
+	NextToken(ctx context.Context) (uint64, error)
+	// Done returns a channel that is closed when the lease is lost, or nil
+	// if this lease cannot be lost asynchronously.
+	Done() <-chan struct{}
+	// Err says why the lease was lost, once Done is closed; nil before.
+	Err() error
+	// Release gives the claim up. The lease is unusable afterwards.
+	Release(ctx context.Context) error
+}
+
+// LeaseDescriber is implemented by leases that have a state worth showing in
+// status output (the gcs backend's expiry, for example).
+type LeaseDescriber interface {
+	Describe() string
+}

@@ -1,0 +1,176 @@
+package lockmgr
+
+import (
+	"fmt"
+	"path"
+	"strings"
+)
+
+// Kind says which of a directory's three locks a request is about.
+type Kind uint8
+
+const (
+	// KindDir is the directory lock, taken through the control file ".lock".
+	KindDir Kind = iota + 1
+	// KindNewDir is the new-subdirectory lock, taken through ".lock_newdir".
+	KindNewDir
+	// KindUsage is the usage lock, taken through ".lock_usage". It is exclusive only.
+	KindUsage
+)
+
+// String returns the kind's short name as status output and logs spell it.
+func (k Kind) String() string {
+	switch k {
+	case KindDir:
+		return "dir"
+	case KindNewDir:
+		return "newdir"
+	case KindUsage:
+		return "usage"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// ParseKind is the inverse of Kind.String.
+func ParseKind(s string) (Kind, error) {
+	switch s {
+	case "dir":
+		return KindDir, nil
+	case "newdir":
+		return KindNewDir, nil
+	case "usage":
+		return KindUsage, nil
+	}
+	return 0, fmt.Errorf("unknown lock kind %q (want dir, newdir or usage)", s)
+}
+
+// Mode is how a lock is held. The zero value means "not held".
+type Mode uint8
+
+const (
+	// Shared is compatible with other shared holds.
+	Shared Mode = iota + 1
+	// Exclusive conflicts with every other hold.
+	Exclusive
+)
+
+// String returns "shared", "exclusive" or "none".
+func (m Mode) String() string {
+	switch m {
+	case 0:
+		return "none"
+	case Shared:
+		return "shared"
+	case Exclusive:
+		return "exclusive"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+// Conflicts is the protocol's one conflict rule: shared is compatible with
+// shared, exclusive conflicts with everything, and "not held" with nothing.
+// It is symmetric.
+func Conflicts(a, b Mode) bool {
+	if a == 0 || b == 0 {
+		return false
+	}
+	return a == Exclusive || b == Exclusive
+}
+
+// maxMode returns the stronger of two modes.
+func maxMode(a, b Mode) Mode {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// LockID names one lock: a directory, relative to the mount root, and a kind.
+// The root directory is ".". Paths are slash-separated and clean.
+type LockID struct {
+	Path string
+	Kind Kind
+}
+
+// String renders the lock as the control file that takes it, e.g. "a/b/.lock".
+func (id LockID) String() string {
+	return path.Join(id.Path, ControlName(id.Kind))
+}
+
+// ControlName returns the name of the control file for a kind.
+func ControlName(k Kind) string {
+	switch k {
+	case KindNewDir:
+		return ".lock_newdir"
+	case KindUsage:
+		return ".lock_usage"
+	}
+	return ".lock"
+}
+
+// CleanPath normalises a directory path relative to the mount root: slash
+// separated, no leading slash, no "." elements, "." for the root. It rejects
+// paths with ".." elements.
+func CleanPath(p string) (string, error) {
+	for _, el := range strings.Split(p, "/") {
+		if el == ".." {
+			return "", fmt.Errorf("path %q contains ..", p)
+		}
+	}
+	c := strings.TrimPrefix(path.Clean("/"+p), "/")
+	if c == "" {
+		c = "."
+	}
+	return c, nil
+}
+
+// Ancestors returns the proper ancestors of a clean directory path, root
+// first: Ancestors("a/b/c") is [".", "a", "a/b"]; Ancestors(".") is empty.
+func Ancestors(p string) []string {
+	if p == "." || p == "" {
+		return nil
+	}
+	out := []string{"."}
+	for i := 0; i < len(p); i++ {
+		if p[i] == '/' {
+			out = append(out, p[:i])
+		}
+	}
+	return out
+}
+
+// Owner identifies who holds a lock in the kernel's sense. Holds of one owner
+// never conflict with each other: a second request by the same owner is a
+// conversion. The caller chooses the ID space per class.
+type Owner struct {
+	Class OwnerClass
+	ID    uint64
+}
+
+// OwnerClass says which kernel lock family an owner follows.
+type OwnerClass uint8
+
+const (
+	// OwnerFile is an open file description: flock(2) and OFD locks. A
+	// conversion from shared to exclusive that cannot be granted at once
+	// releases the shared hold, then waits, as flock(2) documents.
+	OwnerFile OwnerClass = iota + 1
+	// OwnerPOSIX is a process's POSIX record-lock owner (fcntl F_SETLK,
+	// lockf). Conversions are atomic: the shared hold is kept while waiting,
+	// and two processes upgrading at once get ErrDeadlock, as with fcntl.
+	OwnerPOSIX
+)
+
+// String names the class.
+func (c OwnerClass) String() string {
+	switch c {
+	case OwnerFile:
+		return "file"
+	case OwnerPOSIX:
+		return "posix"
+	}
+	return fmt.Sprintf("class(%d)", uint8(c))
+}
+
+// String renders an owner for logs.
+func (o Owner) String() string { return fmt.Sprintf("%s:%x", o.Class, o.ID) }
