@@ -1,0 +1,366 @@
+package lockmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Request asks for one lock.
+type Request struct {
+	// Lock is the lock asked for.
+	Lock LockID
+	// Mode is Shared or Exclusive.
+	Mode Mode
+	// Owner is the kernel lock owner the request comes from.
+	Owner Owner
+	// TID is the requesting thread (FUSE Header.Pid). The engine resolves
+	// it to a process and its ancestors.
+	TID int
+	// UID is the requester's user id, shown in status.
+	UID uint32
+	// Wait: block until granted (LockWait), or fail with ErrWouldBlock.
+	Wait bool
+}
+
+// Grant is the answer to a successful Acquire.
+type Grant struct {
+	// Token is the fencing token of the grant: strictly greater than every
+	// earlier grant's token on this lock.
+	Token uint64
+}
+
+// validate checks a request's shape.
+func (r *Request) validate() error {
+	switch r.Mode {
+	case Shared, Exclusive:
+	default:
+		return fmt.Errorf("mode %d: %w", r.Mode, ErrInvalid)
+	}
+	switch r.Lock.Kind {
+	case KindDir, KindNewDir:
+	case KindUsage:
+		if r.Mode != Exclusive {
+			return fmt.Errorf("usage lock is exclusive only: %w", ErrInvalid)
+		}
+	default:
+		return fmt.Errorf("lock kind %d: %w", r.Lock.Kind, ErrInvalid)
+	}
+	p, err := CleanPath(r.Lock.Path)
+	if err != nil {
+		return fmt.Errorf("%v: %w", err, ErrInvalid)
+	}
+	r.Lock.Path = p
+	return nil
+}
+
+// plan lists the steps of a request, root first: a shared directory hold on
+// every proper ancestor, D's own directory lock for the newdir and usage
+// kinds, then the lock itself.
+func plan(id LockID, mode Mode) []step {
+	anc := Ancestors(id.Path)
+	steps := make([]step, 0, len(anc)+2)
+	for _, a := range anc {
+		steps = append(steps, step{id: LockID{Path: a, Kind: KindDir}, mode: Shared})
+	}
+	if id.Kind != KindDir {
+		steps = append(steps, step{id: LockID{Path: id.Path, Kind: KindDir}, mode: Shared})
+	}
+	return append(steps, step{id: id, mode: mode, explicit: true})
+}
+
+// Acquire takes the lock req asks for, with its implicit ancestor holds.
+// With req.Wait it blocks until granted or ctx ends; a cancelled wait leaves
+// nothing behind and returns ctx.Err(). Errors: ErrWouldBlock, ErrDeadlock,
+// ErrInvalid, ErrLeaseLost, ErrUnavailable, ErrClosed, each wrapped with the
+// lock and mode.
+func (e *Engine) Acquire(ctx context.Context, req Request) (Grant, error) {
+	if err := req.validate(); err != nil {
+		return Grant{}, fmt.Errorf("acquire %s %s: %w", req.Mode, req.Lock, err)
+	}
+	g, err := e.acquire(ctx, req)
+	if err != nil {
+		return Grant{}, fmt.Errorf("acquire %s %s: %w", req.Mode, req.Lock, err)
+	}
+	return g, nil
+}
+
+func (e *Engine) acquire(ctx context.Context, req Request) (Grant, error) {
+	lin, err := e.procs.Lineage(req.TID)
+	if err != nil {
+		// The thread is gone (or /proc is unreadable): no lineage, so no
+		// exemptions. The request itself is still served.
+		e.log.WithError(err).WithField("tid", req.TID).Debug("no lineage for requester")
+		lin = nil
+	}
+	rc := &reqCtx{req: req, lineage: lin}
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return Grant{}, ErrClosed
+	}
+	if err := e.usageRuleLocked(rc); err != nil {
+		e.mu.Unlock()
+		return Grant{}, err
+	}
+	if ls := e.locks[req.Lock]; ls != nil {
+		if h := ls.holds[req.Owner]; h != nil && h.explicit != 0 {
+			return e.convertLocked(ctx, ls, h, rc) // unlocks mu
+		}
+	}
+	steps := plan(req.Lock, req.Mode)
+	for i, s := range steps {
+		if err := e.stepLocked(ctx, s, rc); err != nil {
+			e.rollbackLocked(steps[:i], req.Owner)
+			e.mu.Unlock()
+			return Grant{}, err
+		}
+	}
+	e.mu.Unlock()
+	return e.issueToken(ctx, req.Lock, req.Owner)
+}
+
+// issueToken asks the lease for the grant's fencing token and records it.
+func (e *Engine) issueToken(ctx context.Context, id LockID, owner Owner) (Grant, error) {
+	e.mu.Lock()
+	ls := e.locks[id]
+	var lease Lease
+	if ls != nil {
+		lease = ls.lease
+	}
+	e.mu.Unlock()
+	if lease == nil {
+		return Grant{}, fmt.Errorf("no lease after grant: %w", ErrLeaseLost)
+	}
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	tok, err := lease.NextToken(tctx)
+	cancel()
+	if err != nil {
+		// The lock is held but cannot be fenced: give it back rather than
+		// hand out a grant without a token.
+		_ = e.Release(context.WithoutCancel(ctx), id, owner)
+		return Grant{}, fmt.Errorf("fencing token: %w", err)
+	}
+	e.mu.Lock()
+	if ls := e.locks[id]; ls != nil {
+		if h := ls.holds[owner]; h != nil {
+			h.token = tok
+		}
+	}
+	e.mu.Unlock()
+	return Grant{Token: tok}, nil
+}
+
+// convertLocked handles a request by an owner that already holds the lock
+// explicitly: same mode is a no-op, a downgrade is immediate, an upgrade
+// follows the owner class's kernel semantics. mu is held on entry and
+// released on return.
+func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *reqCtx) (Grant, error) {
+	req := rc.req
+	if h.lost != nil {
+		err := h.lost
+		e.mu.Unlock()
+		return Grant{}, err
+	}
+	switch {
+	case h.explicit == req.Mode:
+		tok := h.token
+		e.mu.Unlock()
+		return Grant{Token: tok}, nil
+	case req.Mode == Shared: // downgrade
+		h.explicit = Shared
+		ls.broadcastLocked()
+		e.settleLocked(ls)
+		e.mu.Unlock()
+		return e.issueToken(ctx, req.Lock, req.Owner)
+	}
+	up := step{id: req.Lock, mode: Exclusive, explicit: true}
+	if req.Owner.Class == OwnerPOSIX || !req.Wait {
+		// Atomic: keep the shared hold while trying or waiting.
+		if err := e.stepLocked(ctx, up, rc); err != nil {
+			e.mu.Unlock()
+			return Grant{}, err
+		}
+		e.mu.Unlock()
+		return e.issueToken(ctx, req.Lock, req.Owner)
+	}
+	// flock(2): try at once; if that fails, drop the shared hold and wait.
+	nb := *rc
+	nb.req.Wait = false
+	err := e.stepLocked(ctx, up, &nb)
+	if err == nil {
+		e.mu.Unlock()
+		return e.issueToken(ctx, req.Lock, req.Owner)
+	}
+	if !errors.Is(err, ErrWouldBlock) {
+		e.mu.Unlock()
+		return Grant{}, err
+	}
+	h.explicit = 0
+	if h.implicit == 0 {
+		e.dropHoldLocked(ls, h)
+	}
+	ls.broadcastLocked()
+	if err := e.stepLocked(ctx, up, rc); err != nil {
+		// As in the kernel, a failed conversion leaves no lock at all.
+		steps := plan(req.Lock, req.Mode)
+		e.rollbackLocked(steps[:len(steps)-1], req.Owner)
+		e.mu.Unlock()
+		return Grant{}, err
+	}
+	e.mu.Unlock()
+	return e.issueToken(ctx, req.Lock, req.Owner)
+}
+
+// stepLocked takes one step of a plan: it waits until the step can be
+// granted locally and the lease covers it, then records the hold. mu is
+// held on entry and on return, and dropped while waiting.
+func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
+	var w *waiter
+	defer func() {
+		if w != nil {
+			ls := e.locks[s.id]
+			if ls != nil {
+				ls.removeWaiterLocked(w)
+				ls.broadcastLocked()
+			}
+			if e.waiting[rc.req.TID] == w {
+				delete(e.waiting, rc.req.TID)
+			}
+			if ls != nil {
+				e.settleLocked(ls)
+			}
+		}
+	}()
+	for {
+		if e.closed {
+			return ErrClosed
+		}
+		ls := e.lockLocked(s.id)
+		blockers, ok := e.grantableLocked(ls, s, rc, w)
+		if ok {
+			need := maxMode(ls.heldModeLocked(), s.mode)
+			if ls.lease != nil && ls.lease.Mode() >= need && ls.lease.Err() == nil {
+				e.addHoldLocked(ls, s, rc)
+				return nil
+			}
+			if ls.busy {
+				if ls.busyWaits && !rc.req.Wait {
+					return ErrWouldBlock
+				}
+				if err := e.waitChangeLocked(ctx, ls); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := e.claimLocked(ctx, ls, need, rc.req.Wait); err != nil {
+				e.settleLocked(ls)
+				return err
+			}
+			continue
+		}
+		if !rc.req.Wait {
+			return ErrWouldBlock
+		}
+		if e.closesCycleLocked(rc.req.TID, blockers) {
+			return ErrDeadlock
+		}
+		if w == nil {
+			w = &waiter{step: s, rc: rc, since: e.now()}
+			ls.queue = append(ls.queue, w)
+			e.waiting[rc.req.TID] = w
+		}
+		if err := e.waitChangeLocked(ctx, ls); err != nil {
+			return err
+		}
+	}
+}
+
+// waitChangeLocked drops mu until ls changes or ctx ends.
+func (e *Engine) waitChangeLocked(ctx context.Context, ls *lockState) error {
+	ch := ls.changed
+	e.mu.Unlock()
+	var err error
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	e.mu.Lock()
+	return err
+}
+
+// claimLocked brings ls's lease up to mode need, dropping mu for the
+// backend call. On return mu is held and ls.busy is false.
+func (e *Engine) claimLocked(ctx context.Context, ls *lockState, need Mode, wait bool) error {
+	lease := ls.lease
+	ls.busy, ls.busyWaits = true, wait
+	e.mu.Unlock()
+
+	bctx := ctx
+	if wait {
+		var cancel context.CancelFunc
+		bctx, cancel = context.WithCancel(ctx)
+		stop := context.AfterFunc(e.ctx, cancel)
+		defer func() { stop(); cancel() }()
+	}
+	var err error
+	var fresh Lease
+	if lease == nil {
+		fresh, err = e.backend.Claim(bctx, ls.id, need, wait)
+	} else {
+		err = lease.Convert(bctx, need, wait)
+	}
+
+	e.mu.Lock()
+	ls.busy, ls.busyWaits = false, false
+	ls.broadcastLocked()
+	if fresh != nil {
+		ls.lease = fresh
+		e.watchLocked(ls, fresh)
+	}
+	if err != nil && lease != nil && errors.Is(err, ErrLeaseLost) {
+		e.loseLocked(ls, lease, err)
+	}
+	if err != nil && e.closed {
+		return ErrClosed
+	}
+	return err
+}
+
+// addHoldLocked records a granted step.
+func (e *Engine) addHoldLocked(ls *lockState, s step, rc *reqCtx) {
+	h := ls.holds[rc.req.Owner]
+	if h == nil {
+		h = &hold{owner: rc.req.Owner, lineage: rc.lineage, tid: rc.req.TID, uid: rc.req.UID, since: e.now()}
+		ls.holds[rc.req.Owner] = h
+	}
+	if s.explicit {
+		if h.explicit == 0 || h.explicit != s.mode {
+			h.since = e.now()
+		}
+		h.explicit = s.mode
+		h.lineage, h.tid, h.uid = rc.lineage, rc.req.TID, rc.req.UID
+		if s.id.Kind == KindUsage {
+			e.usage[h] = struct{}{}
+		}
+	} else {
+		h.implicit++
+	}
+	ls.broadcastLocked()
+}
+
+// dropHoldLocked removes h from the table.
+func (e *Engine) dropHoldLocked(ls *lockState, h *hold) {
+	delete(ls.holds, h.owner)
+	delete(e.usage, h)
+}
+
+// rollbackLocked undoes the implicit steps of a request that failed.
+func (e *Engine) rollbackLocked(steps []step, owner Owner) {
+	for i := len(steps) - 1; i >= 0; i-- {
+		e.releaseStepLocked(steps[i], owner)
+	}
+}

@@ -1,0 +1,180 @@
+package lockmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Config is what an Engine needs. Backend and Processes are required.
+type Config struct {
+	// Backend holds the host's claim on each lock (kernel flock, GCS lease).
+	Backend Backend
+	// Processes resolves thread ids to processes and their ancestors, for
+	// the lineage rule and deadlock detection.
+	Processes ProcessTree
+	// Logger receives lease losses and backend errors that no caller can be
+	// told about. Nil discards.
+	Logger logrus.FieldLogger
+	// Host names this daemon in status output. Default: os.Hostname().
+	Host string
+	// OnLoss, if set, is called for every hold that is marked lost (its
+	// lease was lost, or an operator broke it), without engine locks held,
+	// so that the caller can signal the holder's process group.
+	OnLoss func(LostHold)
+	// Now is the clock for "since" times. Default: time.Now.
+	Now func() time.Time
+}
+
+// Validate checks the required fields.
+func (c *Config) Validate() error {
+	if c.Backend == nil {
+		return errors.New("lockmgr: Config.Backend is required")
+	}
+	if c.Processes == nil {
+		return errors.New("lockmgr: Config.Processes is required")
+	}
+	return nil
+}
+
+// LostHold describes a hold that is no longer protected by its lease.
+type LostHold struct {
+	Lock   LockID
+	Holder Holder
+	Err    error
+}
+
+// Engine arbitrates the hierarchical lock protocol between the processes of
+// one host and asks its Backend for the host's claim on each lock.
+// It is safe for concurrent use.
+//
+// LOCK ORDERING: Engine.mu is the only mutex. It is never held across a
+// Backend or Lease call, a /proc read that can block for long, or a wait:
+// waiters wait on the per-lock changed channel.
+type Engine struct {
+	// Dependencies
+	backend Backend
+	procs   ProcessTree
+	log     logrus.FieldLogger
+	onLoss  func(LostHold)
+	now     func() time.Time
+
+	// Constant data
+	host string
+
+	// Mutable state
+	mu sync.Mutex
+	// locks has an entry for every lock that is held, waited for, or has a
+	// lease or a backend call in flight. GUARDED_BY(mu)
+	locks map[LockID]*lockState
+	// waiting maps a thread id to the step it is queued for, for deadlock
+	// detection. A thread waits for one thing at a time. GUARDED_BY(mu)
+	waiting map[int]*waiter
+	// usage indexes the explicit usage holds, for the usage rule. GUARDED_BY(mu)
+	usage map[*hold]struct{}
+	// closed: no new locks are taken. GUARDED_BY(mu)
+	closed bool
+
+	closing chan struct{}      // closed by Close, stops the lease watchers
+	ctx     context.Context    // cancelled by Close: ends backend waits
+	cancel  context.CancelFunc // cancels ctx
+	wg      sync.WaitGroup     // lease watchers
+}
+
+// New returns an engine over cfg.Backend.
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		backend: cfg.Backend,
+		procs:   cfg.Processes,
+		log:     cfg.Logger,
+		onLoss:  cfg.OnLoss,
+		now:     cfg.Now,
+		host:    cfg.Host,
+		locks:   make(map[LockID]*lockState),
+		waiting: make(map[int]*waiter),
+		usage:   make(map[*hold]struct{}),
+		closing: make(chan struct{}),
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	if e.log == nil {
+		l := logrus.New()
+		l.Out = io.Discard
+		e.log = l
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	if e.host == "" {
+		e.host, _ = os.Hostname()
+	}
+	return e, nil
+}
+
+// Host returns the name this engine shows in status output.
+func (e *Engine) Host() string { return e.host }
+
+// Close refuses new locks, wakes every waiter with ErrClosed, releases every
+// lease and closes the backend. Holds still in the table are dropped.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	close(e.closing)
+	e.cancel()
+	for _, ls := range e.locks {
+		ls.broadcastLocked()
+	}
+	e.mu.Unlock()
+	e.wg.Wait()
+
+	// Wait for in-flight backend calls to finish, then release the leases.
+	var errs []error
+	e.mu.Lock()
+	for len(e.locks) > 0 {
+		var busy *lockState
+		for id, ls := range e.locks {
+			if ls.busy {
+				busy = ls
+				break
+			}
+			lease := ls.lease
+			ls.lease = nil
+			for _, h := range ls.holds {
+				delete(e.usage, h)
+			}
+			delete(e.locks, id)
+			if lease != nil {
+				e.mu.Unlock()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if err := lease.Release(ctx); err != nil {
+					errs = append(errs, fmt.Errorf("release %s: %w", id, err))
+				}
+				cancel()
+				e.mu.Lock()
+			}
+		}
+		if busy != nil {
+			ch := busy.changed
+			e.mu.Unlock()
+			<-ch
+			e.mu.Lock()
+		}
+	}
+	e.mu.Unlock()
+	if err := e.backend.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,409 @@
+package lockmgr
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/sys/unix"
+)
+
+// This file holds the real ProcessTree, read from /proc.
+//
+// # Pid reuse
+//
+// Pids are reused quickly (pid_max is often 32768), so a pid alone names
+// nothing for long. Every process is named by its pid and its start time, and
+// every cached answer is checked against a fresh start time before use:
+//
+//   - the thread cache maps a thread id and that thread's own start time to
+//     the lineage resolved for it; a hit costs one read of /proc/TID/stat.
+//   - the parent cache maps a ProcID to the parent it had when first seen.
+//     A process's original parent never changes, so it needs no check. A
+//     process whose parent exits is reparented (to init or a subreaper) and
+//     keeps, in our eyes, the parent it had when we first saw it.
+//
+// Start times have a resolution of one clock tick (10ms): a pid that is freed
+// and reused by a new process within the same tick is not told apart. With
+// 32768 pids that needs tens of thousands of forks in 10ms.
+//
+// # Races
+//
+// /proc is read one file at a time while processes come and go. Each link is
+// checked after it is read: a thread must still have the start time it had
+// before its Tgid was read, and a parent must have started no later than its
+// child (a pid reused since the child's PPid was read names a younger
+// process, and the child has been reparented: read its PPid again).
+
+const (
+	// defaultProcRoot is where procfs is mounted.
+	defaultProcRoot = "/proc"
+	// defaultProcCacheSize is the default number of entries of each cache.
+	defaultProcCacheSize = 4096
+	// maxLineageDepth bounds the walk up the tree. Real trees are far
+	// shallower; the bound keeps a corrupt (fake) tree from looping.
+	maxLineageDepth = 1024
+	// parentRetries is how many times a link is re-read when the parent
+	// exits while it is being read.
+	parentRetries = 3
+	// statBufSize holds /proc/PID/stat up to field 22 with room to spare:
+	// comm is at most 64 bytes and the 19 numbers between it and the start
+	// time at most 20 digits each.
+	statBufSize = 1024
+)
+
+// ProcTreeConfig configures NewProcTree. The zero value is the default.
+type ProcTreeConfig struct {
+	// ProcRoot is where procfs is mounted; "" means "/proc". Tests point it
+	// at a directory of fake PID/stat and PID/status files.
+	ProcRoot string
+	// CacheSize is the number of entries in each of the two caches (threads
+	// to lineages, processes to parents); 0 means 4096. Each entry is small
+	// (a lineage is 16 bytes per ancestor).
+	CacheSize int
+}
+
+// withDefaults returns c with zero fields replaced by their defaults.
+func (c ProcTreeConfig) withDefaults() ProcTreeConfig {
+	if c.ProcRoot == "" {
+		c.ProcRoot = defaultProcRoot
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = defaultProcCacheSize
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot work.
+func (c ProcTreeConfig) Validate() error {
+	if c.CacheSize < 0 {
+		return fmt.Errorf("proc tree: cache size %d is negative", c.CacheSize)
+	}
+	return nil
+}
+
+// ProcTree is the ProcessTree of the running system, read from procfs and
+// cached (see the notes on pid reuse above). It is safe for concurrent use.
+type ProcTree struct {
+	// Constant data
+	root string
+
+	// Mutable state: the caches lock themselves.
+	threads *lru.Cache[int, threadEntry] // thread id -> its start time and lineage
+	parents *lru.Cache[ProcID, ProcID]   // process -> parent when first seen; zero if none
+}
+
+var _ ProcessTree = (*ProcTree)(nil)
+
+// threadEntry is the thread cache's value: valid while the thread id still
+// has start time start.
+type threadEntry struct {
+	start   uint64
+	lineage Lineage // INVARIANT: len == cap, never modified after caching
+}
+
+var (
+	// errGone reports that a process or thread exited while it was read.
+	errGone = fmt.Errorf("process exited: %w", os.ErrNotExist)
+	// errParentUnknown reports that a process's parent kept exiting while
+	// it was read, so the walk cannot go further up.
+	errParentUnknown = errors.New("parent kept exiting")
+)
+
+// NewProcTree returns a ProcTree reading cfg.ProcRoot. It fails if the
+// configuration is invalid or ProcRoot is not a directory.
+func NewProcTree(cfg ProcTreeConfig) (*ProcTree, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(cfg.ProcRoot)
+	if err != nil {
+		return nil, fmt.Errorf("proc tree: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("proc tree: %s is not a directory", cfg.ProcRoot)
+	}
+	threads, err := lru.New[int, threadEntry](cfg.CacheSize)
+	if err != nil {
+		return nil, fmt.Errorf("proc tree: %w", err)
+	}
+	parents, err := lru.New[ProcID, ProcID](cfg.CacheSize)
+	if err != nil {
+		return nil, fmt.Errorf("proc tree: %w", err)
+	}
+	return &ProcTree{root: cfg.ProcRoot, threads: threads, parents: parents}, nil
+}
+
+// Lineage returns the process that thread tid belongs to, then its parent,
+// grandparent... up to pid 1, or up to the oldest ancestor that could be read
+// if an ancestor exits during the walk. The result is shared with the cache:
+// callers must not modify it (appending is safe). A thread that does not
+// exist yields an error wrapping os.ErrNotExist.
+func (t *ProcTree) Lineage(tid int) (Lineage, error) {
+	l, err := t.lineage(tid)
+	if err != nil {
+		return nil, fmt.Errorf("lineage of thread %d: %w", tid, err)
+	}
+	return l, nil
+}
+
+func (t *ProcTree) lineage(tid int) (Lineage, error) {
+	if tid <= 0 {
+		return nil, fmt.Errorf("no such thread: %w", os.ErrNotExist)
+	}
+	_, tstart, err := t.readStat(tid)
+	if err != nil {
+		return nil, err
+	}
+	if e, ok := t.threads.Get(tid); ok && e.start == tstart {
+		return e.lineage, nil
+	}
+
+	// Miss, or tid now names another thread: resolve it afresh.
+	self, err := t.process(tid, tstart)
+	if err != nil {
+		return nil, err
+	}
+	l, complete, err := t.walk(self)
+	if err != nil {
+		return nil, err
+	}
+	l = l[:len(l):len(l)]
+	if complete {
+		t.threads.Add(tid, threadEntry{start: tstart, lineage: l})
+	}
+	return l, nil
+}
+
+// process returns the process that thread tid (started at tstart) belongs to.
+func (t *ProcTree) process(tid int, tstart uint64) (ProcID, error) {
+	tgid, _, err := t.readStatus(tid)
+	if err != nil {
+		return ProcID{}, err
+	}
+	if tgid == tid {
+		return ProcID{PID: tid, Start: tstart}, nil
+	}
+	_, pstart, err := t.readStat(tgid)
+	if err != nil {
+		return ProcID{}, err
+	}
+	// The thread group lives, and its tgid cannot be reused, as long as one
+	// of its threads does: if tid is still the thread we started with, tgid
+	// and pstart belong to its process.
+	if _, again, err := t.readStat(tid); err != nil {
+		return ProcID{}, err
+	} else if again != tstart || pstart > tstart {
+		return ProcID{}, errGone
+	}
+	return ProcID{PID: tgid, Start: pstart}, nil
+}
+
+// walk returns self and its ancestors. complete is false if the walk stopped
+// early because an ancestor exited before its parent could be read.
+func (t *ProcTree) walk(self ProcID) (l Lineage, complete bool, err error) {
+	l = Lineage{self}
+	for p := self; p.PID != 1; {
+		if len(l) >= maxLineageDepth {
+			return nil, false, fmt.Errorf("lineage deeper than %d processes", maxLineageDepth)
+		}
+		parent, err := t.parent(p)
+		if errors.Is(err, errParentUnknown) || (errors.Is(err, os.ErrNotExist) && p != self) {
+			return l, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if parent.PID == 0 {
+			break
+		}
+		l = append(l, parent)
+		p = parent
+	}
+	return l, true, nil
+}
+
+// parent returns the parent p had when first seen, or the zero ProcID if p
+// has none (init, kernel threads, a process whose parent is outside our pid
+// namespace). It fails with an error wrapping os.ErrNotExist if p has exited,
+// and with errParentUnknown if its parent kept exiting while being read.
+func (t *ProcTree) parent(p ProcID) (ProcID, error) {
+	if q, ok := t.parents.Get(p); ok {
+		return q, nil
+	}
+	for range parentRetries {
+		_, ppid, err := t.readStatus(p.PID)
+		if err != nil {
+			return ProcID{}, err
+		}
+		q := ProcID{PID: ppid}
+		if ppid != 0 {
+			_, q.Start, err = t.readStat(ppid)
+			if errors.Is(err, os.ErrNotExist) {
+				continue // the parent exited: p has been reparented
+			}
+			if err != nil {
+				return ProcID{}, err
+			}
+		}
+		// p must not have exited (and its pid been reused) since its PPid
+		// was read.
+		if _, start, err := t.readStat(p.PID); err != nil {
+			return ProcID{}, err
+		} else if start != p.Start {
+			return ProcID{}, errGone
+		}
+		if q.Start > p.Start {
+			continue // ppid was reused by a younger process: p has been reparented
+		}
+		// Keep the first parent recorded if another goroutine raced us.
+		if prev, ok, _ := t.parents.PeekOrAdd(p, q); ok {
+			return prev, nil
+		}
+		return q, nil
+	}
+	return ProcID{}, errParentUnknown
+}
+
+// Alive reports whether p still runs: /proc/PID/stat exists, shows p's start
+// time, and is not a zombie (a zombie has exited; only its exit status is
+// left for its parent to collect).
+func (t *ProcTree) Alive(p ProcID) bool {
+	if p.PID <= 0 {
+		return false
+	}
+	state, start, err := t.readStat(p.PID)
+	return err == nil && start == p.Start && state != 'Z' && state != 'X'
+}
+
+// readStat returns the state (field 3) and start time (field 22) of
+// ROOT/PID/stat. It reads into a stack buffer: this is the cache-hit path.
+func (t *ProcTree) readStat(pid int) (state byte, start uint64, err error) {
+	var pathBuf [64]byte
+	path := append(pathBuf[:0], t.root...)
+	path = append(path, '/')
+	path = strconv.AppendInt(path, int64(pid), 10)
+	path = append(path, "/stat"...)
+	var buf [statBufSize]byte
+	n, err := readInto(string(path), buf[:])
+	if err != nil {
+		return 0, 0, err
+	}
+	state, start, err = parseStat(buf[:n])
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return state, start, nil
+}
+
+// readInto reads the file at path into buf until EOF or buf is full. A
+// process that exits between the open and the read yields ESRCH, reported
+// as os.ErrNotExist like a missing file.
+func readInto(path string, buf []byte) (int, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	for err == unix.EINTR {
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
+	if err != nil {
+		return 0, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.ESRCH {
+			return 0, &os.PathError{Op: "read", Path: path, Err: errGone}
+		}
+		if err != nil {
+			return 0, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// parseStat returns the state (field 3) and start time (field 22) of a
+// /proc/PID/stat line. Field 2, the command name, is in parentheses and may
+// itself contain spaces and parentheses, so fields are counted from the last
+// ')'.
+func parseStat(b []byte) (state byte, start uint64, err error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, errors.New("malformed stat: no ')' after the command name")
+	}
+	rest := b[i+1:]
+	// Fields 3..22 follow, each preceded by one space.
+	const first, want = 3, 22
+	for f := first; ; f++ {
+		if len(rest) == 0 || rest[0] != ' ' {
+			return 0, 0, fmt.Errorf("malformed stat: field %d missing", f)
+		}
+		rest = rest[1:]
+		end := bytes.IndexAny(rest, " \n")
+		if end < 0 {
+			end = len(rest)
+		}
+		field := rest[:end]
+		rest = rest[end:]
+		switch f {
+		case first:
+			if len(field) != 1 {
+				return 0, 0, fmt.Errorf("malformed stat: state %q", field)
+			}
+			state = field[0]
+		case want:
+			start, err = strconv.ParseUint(string(field), 10, 64)
+			if err != nil {
+				return 0, 0, fmt.Errorf("malformed stat: start time: %w", err)
+			}
+			return state, start, nil
+		}
+	}
+}
+
+// readStatus returns the Tgid and PPid of ROOT/PID/status. It is off the
+// cache-hit path, so it allocates freely.
+func (t *ProcTree) readStatus(pid int) (tgid, ppid int, err error) {
+	path := t.root + "/" + strconv.Itoa(pid) + "/status"
+	b, err := os.ReadFile(path)
+	if errors.Is(err, unix.ESRCH) {
+		return 0, 0, &os.PathError{Op: "read", Path: path, Err: errGone}
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	// Name is escaped in status, so every line starts with its key.
+	var haveTgid, havePPid bool
+	for line := range bytes.SplitSeq(b, []byte("\n")) {
+		key, val, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		var dst *int
+		switch string(key) {
+		case "Tgid":
+			dst, haveTgid = &tgid, true
+		case "PPid":
+			dst, havePPid = &ppid, true
+		default:
+			continue
+		}
+		if *dst, err = strconv.Atoi(string(bytes.TrimSpace(val))); err != nil {
+			return 0, 0, fmt.Errorf("%s: malformed %s: %w", path, key, err)
+		}
+	}
+	if !haveTgid || !havePPid {
+		return 0, 0, fmt.Errorf("%s: no Tgid or PPid line", path)
+	}
+	return tgid, ppid, nil
+}

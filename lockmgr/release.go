@@ -1,0 +1,113 @@
+package lockmgr
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Release ends owner's explicit hold on id and the implicit holds taken with
+// it. It never waits for other processes. It returns ErrNotHeld (wrapped)
+// if owner holds no explicit lock on id; unlocking an unheld lock succeeds
+// in the kernel, so callers usually ignore that.
+func (e *Engine) Release(ctx context.Context, id LockID, owner Owner) error {
+	p, err := CleanPath(id.Path)
+	if err != nil {
+		return fmt.Errorf("release %s: %v: %w", id, err, ErrInvalid)
+	}
+	id.Path = p
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ls := e.locks[id]
+	var h *hold
+	if ls != nil {
+		h = ls.holds[owner]
+	}
+	if h == nil || h.explicit == 0 {
+		return fmt.Errorf("release %s: %w", id, ErrNotHeld)
+	}
+	mode := h.explicit
+	h.explicit = 0
+	delete(e.usage, h)
+	if h.implicit == 0 {
+		e.dropHoldLocked(ls, h)
+	}
+	ls.broadcastLocked()
+	steps := plan(id, mode)
+	e.rollbackLocked(steps[:len(steps)-1], owner)
+	e.settleLocked(ls)
+	return nil
+}
+
+// releaseStepLocked undoes one implicit step of owner.
+func (e *Engine) releaseStepLocked(s step, owner Owner) {
+	ls := e.locks[s.id]
+	if ls == nil {
+		return
+	}
+	h := ls.holds[owner]
+	if h == nil {
+		return
+	}
+	if s.explicit {
+		h.explicit = 0
+		delete(e.usage, h)
+	} else if h.implicit > 0 {
+		h.implicit--
+	}
+	if h.explicit == 0 && h.implicit == 0 {
+		e.dropHoldLocked(ls, h)
+	}
+	ls.broadcastLocked()
+	e.settleLocked(ls)
+}
+
+// settleLocked brings ls's lease in line with its holds once no backend call
+// is in flight: released when nothing holds or waits for the lock,
+// downgraded when only shared holds remain, and the table entry dropped when
+// idle. Upgrades are the acquirer's business. mu is held on entry and on
+// return, and dropped for backend calls.
+func (e *Engine) settleLocked(ls *lockState) {
+	for !ls.busy {
+		need := ls.heldModeLocked()
+		if ls.lease == nil {
+			if ls.idleLocked() && e.locks[ls.id] == ls {
+				delete(e.locks, ls.id)
+			}
+			return
+		}
+		lease := ls.lease
+		if need >= lease.Mode() && lease.Err() == nil {
+			return
+		}
+		if need == 0 && len(ls.queue) > 0 && lease.Err() == nil {
+			// A waiter is about to be granted: hand the lease over
+			// rather than give it back and claim it again.
+			return
+		}
+		ls.busy = true
+		e.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var err error
+		release := need == 0 || lease.Err() != nil
+		if release {
+			err = lease.Release(ctx)
+		} else {
+			err = lease.Convert(ctx, need, false)
+		}
+		cancel()
+		e.mu.Lock()
+		ls.busy = false
+		if release {
+			ls.lease = nil
+		}
+		ls.broadcastLocked()
+		if err != nil {
+			e.log.WithError(err).WithField("path", ls.id.String()).Warn("backend release or downgrade failed")
+			if !release {
+				// Keep the stronger claim; it is still safe.
+				return
+			}
+		}
+	}
+}

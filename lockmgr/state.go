@@ -1,0 +1,128 @@
+package lockmgr
+
+import (
+	"time"
+)
+
+// lockState is the engine's table entry for one lock.
+type lockState struct {
+	id LockID
+
+	// All fields GUARDED_BY(Engine.mu).
+
+	// holds has one entry per owner holding the lock, explicitly, implicitly
+	// or both.
+	holds map[Owner]*hold
+	// queue is the FIFO of waiters.
+	queue []*waiter
+	// lease is the host's claim from the backend; nil if none.
+	lease Lease
+	// busy: a Claim, Convert or Release of this lock's lease is in flight,
+	// and mu was dropped for it. Nobody else touches the lease meanwhile.
+	busy bool
+	// busyWaits: the in-flight backend call may wait for a long time.
+	busyWaits bool
+	// changed is closed and replaced whenever holds, queue, lease or busy
+	// change, to wake waiters.
+	changed chan struct{}
+}
+
+// hold is one owner's hold on one lock.
+//
+// INVARIANT: explicit != 0 || implicit > 0.
+type hold struct {
+	owner Owner
+	// explicit is the mode the owner asked for on this very lock; 0 if it
+	// holds the lock only on behalf of locks below (or D's own newdir/usage).
+	explicit Mode
+	// implicit counts the holds taken on behalf of other locks; each is shared.
+	implicit int
+	// lineage is the taking process and its ancestors when the hold began.
+	lineage Lineage
+	tid     int
+	uid     uint32
+	since   time.Time
+	token   uint64
+	// lost is set when the hold's lease was lost or broken: the hold no
+	// longer protects anything and conflicts with nobody.
+	lost error
+}
+
+// mode is the hold's effective mode for conflicts.
+func (h *hold) mode() Mode {
+	if h.lost != nil {
+		return 0
+	}
+	if h.implicit > 0 {
+		return maxMode(h.explicit, Shared)
+	}
+	return h.explicit
+}
+
+// waiter is a queued step of a blocked request.
+type waiter struct {
+	step  step
+	rc    *reqCtx
+	since time.Time
+}
+
+// step is one lock of a request's plan: the implicit ancestor holds, then
+// the explicit lock.
+type step struct {
+	id       LockID
+	mode     Mode
+	explicit bool
+}
+
+// reqCtx is what the engine knows about a request while it runs.
+type reqCtx struct {
+	req     Request
+	lineage Lineage
+}
+
+func newLockState(id LockID) *lockState {
+	return &lockState{id: id, holds: make(map[Owner]*hold), changed: make(chan struct{})}
+}
+
+// broadcastLocked wakes everyone waiting for a change of ls.
+func (ls *lockState) broadcastLocked() {
+	close(ls.changed)
+	ls.changed = make(chan struct{})
+}
+
+// heldModeLocked is the strongest mode any live hold needs.
+func (ls *lockState) heldModeLocked() Mode {
+	var m Mode
+	for _, h := range ls.holds {
+		m = maxMode(m, h.mode())
+		if m == Exclusive {
+			break
+		}
+	}
+	return m
+}
+
+// removeWaiterLocked drops w from the queue, if present.
+func (ls *lockState) removeWaiterLocked(w *waiter) {
+	for i, q := range ls.queue {
+		if q == w {
+			ls.queue = append(ls.queue[:i], ls.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// idleLocked: nothing refers to this entry any more.
+func (ls *lockState) idleLocked() bool {
+	return len(ls.holds) == 0 && len(ls.queue) == 0 && ls.lease == nil && !ls.busy
+}
+
+// lockLocked returns the table entry for id, creating it.
+func (e *Engine) lockLocked(id LockID) *lockState {
+	ls := e.locks[id]
+	if ls == nil {
+		ls = newLockState(id)
+		e.locks[id] = ls
+	}
+	return ls
+}

@@ -1,0 +1,156 @@
+package lockmgr
+
+import (
+	"sort"
+	"time"
+)
+
+// Holder describes one owner's hold on a lock.
+type Holder struct {
+	Owner Owner
+	// Mode is the explicit mode; 0 if the owner holds the lock only on
+	// behalf of locks below it.
+	Mode Mode
+	// Explicit: the owner asked for this very lock.
+	Explicit bool
+	// Implicit counts the owner's holds taken on behalf of other locks.
+	Implicit int
+	// Process is the process the hold belongs to now (after lineage
+	// passing); TID the thread that took it.
+	Process ProcID
+	TID     int
+	UID     uint32
+	Host    string
+	Since   time.Time
+	Token   uint64
+	// Lost is non-nil once the hold's lease was lost or broken.
+	Lost error
+}
+
+// Waiter describes a queued request.
+type Waiter struct {
+	Owner   Owner
+	Mode    Mode
+	Process ProcID
+	TID     int
+	UID     uint32
+	Since   time.Time
+	// Implicit: the waiter waits for an ancestor hold of a lock below.
+	Implicit bool
+}
+
+// LockStatus is a snapshot of one lock.
+type LockStatus struct {
+	Lock LockID
+	// Mode is the strongest mode held.
+	Mode Mode
+	// Holders lists the owners holding the lock explicitly, and those
+	// holding it only implicitly, explicit ones first.
+	Holders []Holder
+	// Implicit is the number of implicit holds from below.
+	Implicit int
+	Waiters  []Waiter
+	// Lease describes the backend's claim, "" if none.
+	Lease string
+}
+
+// holderLocked renders h.
+func (e *Engine) holderLocked(ls *lockState, h *hold) Holder {
+	p, _ := e.effectiveProcLocked(h)
+	if p == (ProcID{}) {
+		p = h.lineage.Self()
+	}
+	return Holder{
+		Owner: h.owner, Mode: h.explicit, Explicit: h.explicit != 0, Implicit: h.implicit,
+		Process: p, TID: h.tid, UID: h.uid, Host: e.host, Since: h.since, Token: h.token, Lost: h.lost,
+	}
+}
+
+func (e *Engine) statusLocked(ls *lockState) LockStatus {
+	st := LockStatus{Lock: ls.id, Mode: ls.heldModeLocked()}
+	for _, h := range ls.holds {
+		st.Holders = append(st.Holders, e.holderLocked(ls, h))
+		st.Implicit += h.implicit
+	}
+	sort.Slice(st.Holders, func(i, j int) bool {
+		a, b := st.Holders[i], st.Holders[j]
+		if a.Explicit != b.Explicit {
+			return a.Explicit
+		}
+		return a.Since.Before(b.Since)
+	})
+	for _, w := range ls.queue {
+		st.Waiters = append(st.Waiters, Waiter{
+			Owner: w.rc.req.Owner, Mode: w.step.mode, Process: w.rc.lineage.Self(), TID: w.rc.req.TID,
+			UID: w.rc.req.UID, Since: w.since, Implicit: !w.step.explicit,
+		})
+	}
+	if ls.lease != nil {
+		st.Lease = ls.lease.Mode().String()
+		if d, ok := ls.lease.(LeaseDescriber); ok {
+			st.Lease = d.Describe()
+		}
+	}
+	return st
+}
+
+// Status returns a snapshot of one lock; a lock nobody holds or waits for
+// has no holders and no waiters.
+func (e *Engine) Status(id LockID) LockStatus {
+	if p, err := CleanPath(id.Path); err == nil {
+		id.Path = p
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ls := e.locks[id]
+	if ls == nil {
+		return LockStatus{Lock: id}
+	}
+	return e.statusLocked(ls)
+}
+
+// Snapshot returns the status of every lock held or waited for, by path.
+func (e *Engine) Snapshot() []LockStatus {
+	e.mu.Lock()
+	out := make([]LockStatus, 0, len(e.locks))
+	for _, ls := range e.locks {
+		if len(ls.holds) == 0 && len(ls.queue) == 0 {
+			continue
+		}
+		out = append(out, e.statusLocked(ls))
+	}
+	e.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Lock.Path != out[j].Lock.Path {
+			return out[i].Lock.Path < out[j].Lock.Path
+		}
+		return out[i].Lock.Kind < out[j].Lock.Kind
+	})
+	return out
+}
+
+// Query answers F_GETLK: a holder that would make req wait, on the lock
+// itself or on one of its implicit ancestor holds; false if req could be
+// granted now as far as this host's processes are concerned.
+func (e *Engine) Query(req Request) (Holder, bool) {
+	if err := req.validate(); err != nil {
+		return Holder{}, false
+	}
+	lin, _ := e.procs.Lineage(req.TID)
+	rc := &reqCtx{req: req, lineage: lin}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range plan(req.Lock, req.Mode) {
+		ls := e.locks[s.id]
+		if ls == nil {
+			continue
+		}
+		for _, h := range ls.holds {
+			if h.owner == req.Owner || !Conflicts(h.mode(), s.mode) || e.exemptLocked(h, s, rc) {
+				continue
+			}
+			return e.holderLocked(ls, h), true
+		}
+	}
+	return Holder{}, false
+}
