@@ -139,10 +139,11 @@ func NewProcTree(cfg ProcTreeConfig) (*ProcTree, error) {
 }
 
 // Lineage returns the process that thread tid belongs to, then its parent,
-// grandparent... up to pid 1, or up to the oldest ancestor that could be read
-// if an ancestor exits during the walk. The result is shared with the cache:
-// callers must not modify it (appending is safe). A thread that does not
-// exist yields an error wrapping os.ErrNotExist.
+// grandparent... as they were when each was first seen. It ends at pid 1, at
+// a process with no parent in our pid namespace, or, if an ancestor exits
+// during the walk, at the oldest ancestor that could be read. The result is
+// shared with the cache: callers must not modify it (appending is safe). A
+// thread that does not exist yields an error wrapping os.ErrNotExist.
 func (t *ProcTree) Lineage(tid int) (Lineage, error) {
 	l, err := t.lineage(tid)
 	if err != nil {
@@ -151,6 +152,7 @@ func (t *ProcTree) Lineage(tid int) (Lineage, error) {
 	return l, nil
 }
 
+// lineage is Lineage without the error context.
 func (t *ProcTree) lineage(tid int) (Lineage, error) {
 	if tid <= 0 {
 		return nil, fmt.Errorf("no such thread: %w", os.ErrNotExist)
@@ -289,27 +291,28 @@ func (t *ProcTree) readStat(pid int) (state byte, start uint64, err error) {
 	path = strconv.AppendInt(path, int64(pid), 10)
 	path = append(path, "/stat"...)
 	var buf [statBufSize]byte
-	n, err := readInto(string(path), buf[:])
+	n, err := readInto(path, buf[:])
 	if err != nil {
 		return 0, 0, err
 	}
 	state, start, err = parseStat(buf[:n])
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s: %w", path, err)
+		return 0, 0, fmt.Errorf("%s: %w", string(path), err)
 	}
 	return state, start, nil
 }
 
 // readInto reads the file at path into buf until EOF or buf is full. A
 // process that exits between the open and the read yields ESRCH, reported
-// as os.ErrNotExist like a missing file.
-func readInto(path string, buf []byte) (int, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+// as os.ErrNotExist like a missing file. The path is a byte slice so that
+// the caller's buffer does not escape: the string is made only for errors.
+func readInto(path []byte, buf []byte) (int, error) {
+	fd, err := unix.Open(string(path), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	for err == unix.EINTR {
-		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, err = unix.Open(string(path), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	}
 	if err != nil {
-		return 0, &os.PathError{Op: "open", Path: path, Err: err}
+		return 0, &os.PathError{Op: "open", Path: string(path), Err: err}
 	}
 	defer unix.Close(fd)
 	n := 0
@@ -319,10 +322,10 @@ func readInto(path string, buf []byte) (int, error) {
 			continue
 		}
 		if err == unix.ESRCH {
-			return 0, &os.PathError{Op: "read", Path: path, Err: errGone}
+			return 0, &os.PathError{Op: "read", Path: string(path), Err: errGone}
 		}
 		if err != nil {
-			return 0, &os.PathError{Op: "read", Path: path, Err: err}
+			return 0, &os.PathError{Op: "read", Path: string(path), Err: err}
 		}
 		if m == 0 {
 			break
@@ -358,7 +361,7 @@ func parseStat(b []byte) (state byte, start uint64, err error) {
 		switch f {
 		case first:
 			if len(field) != 1 {
-				return 0, 0, fmt.Errorf("malformed stat: state %q", field)
+				return 0, 0, fmt.Errorf("malformed stat: state %q", string(field))
 			}
 			state = field[0]
 		case want:

@@ -299,37 +299,50 @@ func TestProcTreeFakeLineage(t *testing.T) {
 	}
 }
 
-// TestProcTreePidReuse is the control for the thread cache: the cached
-// answer is used while the thread's start time matches (the PPid change below
-// is not seen) and dropped as soon as it does not (the pid was reused).
+// TestProcTreePidReuse is the control for both caches: a cached answer is
+// used while the start time it was cached under matches (the Tgid and PPid
+// changes below are not seen) and dropped as soon as it does not (the pid
+// was reused).
 func TestProcTreePidReuse(t *testing.T) {
 	other := fakeProc{tid: 60, ppid: 1, comm: "sshd", start: 200}
 	app := fakeProc{tid: 100, ppid: 50, comm: "app", start: 500}
-	tree, root := newFakeProcTree(t, fakeInit, fakeShell, other, app)
-	first := Lineage{{100, 500}, {50, 100}, {1, 1}}
-	check := func(want Lineage) {
+	worker := fakeProc{tid: 101, tgid: 100, ppid: 50, comm: "worker", start: 600}
+	tree, root := newFakeProcTree(t, fakeInit, fakeShell, other, app, worker)
+	check := func(tid int, want Lineage) {
 		t.Helper()
-		l, err := tree.Lineage(100)
+		l, err := tree.Lineage(tid)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(l, want) {
-			t.Errorf("Lineage(100) = %v, want %v", l, want)
+			t.Errorf("Lineage(%d) = %v, want %v", tid, l, want)
 		}
 	}
-	check(first)
+	first := Lineage{{100, 500}, {50, 100}, {1, 1}}
+	check(100, first)
+	check(101, first)
 
-	// Same start time, different PPid: the cache answers, status is not read.
-	moved := app
+	// Same start times, other Tgid and PPid. The thread cache answers for
+	// thread 101 (its status is not read again). A new thread 102 of process
+	// 100 misses it, and the parent cache answers with the parent process
+	// 100 had when first seen.
+	moved, movedWorker := app, worker
 	moved.ppid = 60
+	movedWorker.tgid, movedWorker.ppid = 60, 1
 	moved.write(t, root)
-	check(first)
+	movedWorker.write(t, root)
+	check(101, first)
+	check(100, first)
+	fakeProc{tid: 102, tgid: 100, ppid: 60, comm: "worker", start: 700}.write(t, root)
+	check(102, first)
 
-	// Pid 100 reused by a new process (new start time) under pid 60.
-	reused := moved
-	reused.start = 900
+	// Pids 100 and 101 reused by new tasks (new start times).
+	reused, reusedWorker := moved, movedWorker
+	reused.start, reusedWorker.start = 900, 950
 	reused.write(t, root)
-	check(Lineage{{100, 900}, {60, 200}, {1, 1}})
+	reusedWorker.write(t, root)
+	check(100, Lineage{{100, 900}, {60, 200}, {1, 1}})
+	check(101, Lineage{{60, 200}, {1, 1}})
 	if tree.Alive(ProcID{100, 500}) {
 		t.Error("Alive(old 100) = true after its pid was reused")
 	}
