@@ -250,7 +250,7 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 				if ls.busyWaits && !rc.req.Wait {
 					return ErrWouldBlock
 				}
-				if err := e.waitChangeLocked(ctx, ls); err != nil {
+				if err := e.waitChangeLocked(ctx, ls, rc.req.TID); err != nil {
 					return err
 				}
 				continue
@@ -272,15 +272,20 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 			ls.queue = append(ls.queue, w)
 			e.waiting[rc.req.TID] = w
 		}
-		if err := e.waitChangeLocked(ctx, ls); err != nil {
+		if err := e.waitChangeLocked(ctx, ls, rc.req.TID); err != nil {
 			return err
 		}
 	}
 }
 
-// waitChangeLocked drops mu until ls changes or ctx ends.
-func (e *Engine) waitChangeLocked(ctx context.Context, ls *lockState) error {
+// waitChangeLocked drops mu until ls changes or ctx ends. tid, if not 0,
+// is recorded as parked meanwhile.
+func (e *Engine) waitChangeLocked(ctx context.Context, ls *lockState, tid int) error {
 	ch := ls.changed
+	if tid != 0 {
+		e.parked[tid] = ch
+		defer delete(e.parked, tid)
+	}
 	e.mu.Unlock()
 	var err error
 	select {

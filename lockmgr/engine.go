@@ -76,6 +76,11 @@ type Engine struct {
 	// waiting maps a thread id to the step it is queued for, for deadlock
 	// detection. A thread waits for one thing at a time. GUARDED_BY(mu)
 	waiting map[int]*waiter
+	// parked maps a thread id to the change channel it sleeps on while it
+	// waits; a waiter is quiescent while that channel is still its lock's
+	// current one. Tests use it to know when the engine has settled.
+	// GUARDED_BY(mu)
+	parked map[int]chan struct{}
 	// usage indexes the explicit usage holds, for the usage rule. GUARDED_BY(mu)
 	usage map[*hold]struct{}
 	// closed: no new locks are taken. GUARDED_BY(mu)
@@ -101,6 +106,7 @@ func New(cfg Config) (*Engine, error) {
 		host:    cfg.Host,
 		locks:   make(map[LockID]*lockState),
 		waiting: make(map[int]*waiter),
+		parked:  make(map[int]chan struct{}),
 		usage:   make(map[*hold]struct{}),
 		closing: make(chan struct{}),
 	}

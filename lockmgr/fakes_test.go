@@ -1,0 +1,212 @@
+package lockmgr
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// fakeTree is a process tree for tests: thread id == pid, start time 1.
+type fakeTree struct {
+	mu     sync.Mutex
+	parent map[int]int
+	dead   map[int]bool
+}
+
+func newFakeTree() *fakeTree {
+	return &fakeTree{parent: map[int]int{1: 0}, dead: map[int]bool{}}
+}
+
+func (t *fakeTree) add(pid, parent int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.parent[pid] = parent
+	delete(t.dead, pid)
+}
+
+func (t *fakeTree) exit(pid int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.dead[pid] = true
+}
+
+func (t *fakeTree) Lineage(tid int) (Lineage, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.parent[tid]; !ok || t.dead[tid] {
+		return nil, fmt.Errorf("no thread %d", tid)
+	}
+	var l Lineage
+	for p := tid; p != 0; p = t.parent[p] {
+		l = append(l, ProcID{PID: p, Start: 1})
+		if len(l) > 1000 {
+			return nil, fmt.Errorf("cycle in fake tree at %d", p)
+		}
+	}
+	return l, nil
+}
+
+func (t *fakeTree) Alive(p ProcID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.parent[p.PID]
+	return ok && !t.dead[p.PID] && p.Start == 1
+}
+
+// memHost is an in-memory stand-in for the host table that a backend
+// arbitrates: several engines given backends over one memHost exclude each
+// other as two daemons over one SOURCE do.
+type memHost struct {
+	mu      sync.Mutex
+	locks   map[LockID]map[*memLease]Mode
+	tokens  map[LockID]uint64
+	changed chan struct{}
+	claims  int // Claim calls, for tests counting backend traffic
+	// parked counts waits asleep on the current changed channel.
+	parked map[*memLease]chan struct{}
+}
+
+// quiet reports how many backend waits are asleep with no wake-up pending.
+func (h *memHost) quiet() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, ch := range h.parked {
+		if ch == h.changed {
+			n++
+		}
+	}
+	return n
+}
+
+func newMemHost() *memHost {
+	return &memHost{locks: map[LockID]map[*memLease]Mode{}, tokens: map[LockID]uint64{}, changed: make(chan struct{}), parked: map[*memLease]chan struct{}{}}
+}
+
+type memBackend struct {
+	host *memHost
+}
+
+type memLease struct {
+	host *memHost
+	id   LockID
+	mode Mode
+	done chan struct{}
+	err  error
+}
+
+func (b *memBackend) Close() error { return nil }
+
+// grantableLocked reports whether l may hold id in mode.
+func (h *memHost) grantableLocked(id LockID, l *memLease, mode Mode) bool {
+	for o, m := range h.locks[id] {
+		if o != l && Conflicts(m, mode) {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *memHost) broadcastLocked() {
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+func (h *memHost) waitFor(ctx context.Context, id LockID, l *memLease, mode Mode, wait bool) error {
+	h.mu.Lock()
+	for !h.grantableLocked(id, l, mode) {
+		if !wait {
+			h.mu.Unlock()
+			return ErrWouldBlock
+		}
+		ch := h.changed
+		h.parked[l] = ch
+		h.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			h.mu.Lock()
+			delete(h.parked, l)
+			h.mu.Unlock()
+			return ctx.Err()
+		}
+		h.mu.Lock()
+		delete(h.parked, l)
+	}
+	if h.locks[id] == nil {
+		h.locks[id] = map[*memLease]Mode{}
+	}
+	h.locks[id][l] = mode
+	l.mode = mode
+	h.broadcastLocked()
+	h.mu.Unlock()
+	return nil
+}
+
+func (b *memBackend) Claim(ctx context.Context, id LockID, mode Mode, wait bool) (Lease, error) {
+	b.host.mu.Lock()
+	b.host.claims++
+	b.host.mu.Unlock()
+	l := &memLease{host: b.host, id: id, done: make(chan struct{})}
+	if err := b.host.waitFor(ctx, id, l, mode, wait); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *memLease) Mode() Mode {
+	l.host.mu.Lock()
+	defer l.host.mu.Unlock()
+	return l.mode
+}
+
+func (l *memLease) Convert(ctx context.Context, mode Mode, wait bool) error {
+	return l.host.waitFor(ctx, l.id, l, mode, wait)
+}
+
+func (l *memLease) NextToken(ctx context.Context) (uint64, error) {
+	l.host.mu.Lock()
+	defer l.host.mu.Unlock()
+	l.host.tokens[l.id]++
+	return l.host.tokens[l.id], nil
+}
+
+func (l *memLease) Done() <-chan struct{} { return l.done }
+
+func (l *memLease) Err() error {
+	l.host.mu.Lock()
+	defer l.host.mu.Unlock()
+	return l.err
+}
+
+// lose simulates a lost lease.
+func (l *memLease) lose(err error) {
+	l.host.mu.Lock()
+	defer l.host.mu.Unlock()
+	if l.err == nil {
+		l.err = err
+		delete(l.host.locks[l.id], l)
+		close(l.done)
+		l.host.broadcastLocked()
+	}
+}
+
+func (l *memLease) Release(ctx context.Context) error {
+	l.host.mu.Lock()
+	defer l.host.mu.Unlock()
+	delete(l.host.locks[l.id], l)
+	l.host.broadcastLocked()
+	return nil
+}
+
+// leaseOf returns the memLease an engine holds for id, for tests.
+func leaseOf(e *Engine, id LockID) *memLease {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ls := e.locks[id]; ls != nil {
+		if l, ok := ls.lease.(*memLease); ok {
+			return l
+		}
+	}
+	return nil
+}

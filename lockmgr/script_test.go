@@ -1,0 +1,380 @@
+package lockmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The protocol scripts in testdata/*.txt drive engines step by step and
+// compare what happens with what is written down. Each command is a line,
+// followed by "----" and the expected output up to a blank line:
+//
+//	proc PID parent=PPID          declare a process (thread id == pid)
+//	exit PID                      the process dies (its holds stay: its
+//	                              descriptors may live on in children)
+//	acquire OWNER pid=N path=P [kind=dir|newdir|usage] mode=s|x
+//	        [nowait] [class=file|posix] [engine=E]
+//	                              -> granted token=T | waiting | error: E
+//	release OWNER path=P [kind=K] -> ok | error: notheld
+//	cancel OWNER                  interrupt OWNER's waiting acquire
+//	lose path=P [kind=K] [engine=E]   the backend loses the lease
+//	break path=P [kind=K]         an operator breaks the lock
+//	status path=P [kind=K] [engine=E] -> the holders and waiters
+//
+// After every command the engines are allowed to settle; every pending
+// acquire that finished is printed as "OWNER: <result>", sorted.
+// Set LOCKFS_REWRITE=1 to print the actual output of a failing script.
+
+type scriptEnv struct {
+	t        *testing.T
+	tree     *fakeTree
+	host     *memHost
+	engines  map[string]*Engine
+	owners   map[string]Owner
+	ownerTID map[string]int
+	pending  map[string]*pendingAcquire
+}
+
+type pendingAcquire struct {
+	engine *Engine
+	tid    int
+	cancel context.CancelFunc
+	done   chan error
+	token  uint64
+	result string
+	// cancelled: the acquire was interrupted and must finish.
+	cancelled bool
+}
+
+func newScriptEnv(t *testing.T) *scriptEnv {
+	env := &scriptEnv{
+		t: t, tree: newFakeTree(), host: newMemHost(),
+		engines: map[string]*Engine{}, owners: map[string]Owner{}, ownerTID: map[string]int{},
+		pending: map[string]*pendingAcquire{},
+	}
+	t.Cleanup(func() {
+		for _, p := range env.pending {
+			p.cancel()
+			<-p.done
+		}
+		for _, e := range env.engines {
+			if err := e.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		}
+	})
+	return env
+}
+
+func (env *scriptEnv) engine(name string) *Engine {
+	if name == "" {
+		name = "e1"
+	}
+	e := env.engines[name]
+	if e == nil {
+		var err error
+		e, err = New(Config{Backend: &memBackend{host: env.host}, Processes: env.tree, Host: name,
+			Now: func() time.Time { return time.Unix(0, 0) }})
+		if err != nil {
+			env.t.Fatal(err)
+		}
+		env.engines[name] = e
+	}
+	return e
+}
+
+func errName(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrWouldBlock):
+		return "wouldblock"
+	case errors.Is(err, ErrDeadlock):
+		return "deadlock"
+	case errors.Is(err, ErrInvalid):
+		return "invalid"
+	case errors.Is(err, ErrLeaseLost):
+		return "leaselost"
+	case errors.Is(err, ErrClosed):
+		return "closed"
+	case errors.Is(err, ErrNotHeld):
+		return "notheld"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return err.Error()
+}
+
+func result(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return "error: " + errName(err)
+}
+
+func parseArgs(fields []string) map[string]string {
+	args := map[string]string{}
+	for _, f := range fields {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			v = "true"
+		}
+		args[k] = v
+	}
+	return args
+}
+
+func (env *scriptEnv) lockID(args map[string]string) LockID {
+	k := KindDir
+	if s := args["kind"]; s != "" {
+		var err error
+		if k, err = ParseKind(s); err != nil {
+			env.t.Fatal(err)
+		}
+	}
+	return LockID{Path: args["path"], Kind: k}
+}
+
+func (env *scriptEnv) owner(name string, class string) Owner {
+	o, ok := env.owners[name]
+	if !ok {
+		c := OwnerFile
+		if class == "posix" {
+			c = OwnerPOSIX
+		}
+		o = Owner{Class: c, ID: uint64(len(env.owners) + 1)}
+		env.owners[name] = o
+	}
+	return o
+}
+
+// settle waits until every pending acquire has finished or sleeps with no
+// wake-up pending, in the engine or in the backend.
+func (env *scriptEnv) settle() {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		inBackend := 0
+		for _, p := range env.pending {
+			if p.result != "" {
+				continue
+			}
+			select {
+			case err := <-p.done:
+				if err == nil {
+					p.result = fmt.Sprintf("granted token=%d", p.token)
+				} else {
+					p.result = "error: " + errName(err)
+				}
+				continue
+			default:
+			}
+			e := p.engine
+			e.mu.Lock()
+			ch, parked := e.parked[p.tid]
+			current := false
+			if parked {
+				if w := e.waiting[p.tid]; w != nil {
+					if ls := e.locks[w.step.id]; ls != nil && ls.changed == ch {
+						current = true
+					}
+				} else {
+					for _, ls := range e.locks {
+						if ls.changed == ch {
+							current = true
+						}
+					}
+				}
+			}
+			e.mu.Unlock()
+			if p.cancelled {
+				inBackend = 1 << 30 // never quiet until it has finished
+			} else if !current {
+				inBackend++
+			}
+		}
+		if env.host.quiet() >= inBackend {
+			return
+		}
+		if time.Now().After(deadline) {
+			env.t.Fatalf("engines did not settle")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func (env *scriptEnv) finished() []string {
+	var out []string
+	for name, p := range env.pending {
+		if p.result != "" {
+			out = append(out, name+": "+p.result)
+			delete(env.pending, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (env *scriptEnv) run(line string) []string {
+	fields := strings.Fields(line)
+	args := parseArgs(fields[1:])
+	var out []string
+	switch fields[0] {
+	case "proc":
+		pid, _ := strconv.Atoi(fields[1])
+		ppid, _ := strconv.Atoi(args["parent"])
+		env.tree.add(pid, ppid)
+	case "exit":
+		pid, _ := strconv.Atoi(fields[1])
+		env.tree.exit(pid)
+	case "acquire":
+		name := fields[1]
+		pid, _ := strconv.Atoi(args["pid"])
+		mode := Shared
+		if args["mode"] == "x" {
+			mode = Exclusive
+		}
+		req := Request{Lock: env.lockID(args), Mode: mode, Owner: env.owner(name, args["class"]),
+			TID: pid, UID: 1000, Wait: args["nowait"] == ""}
+		e := env.engine(args["engine"])
+		ctx, cancel := context.WithCancel(context.Background())
+		p := &pendingAcquire{engine: e, tid: pid, cancel: cancel, done: make(chan error, 1)}
+		env.pending[name] = p
+		go func() {
+			g, err := e.Acquire(ctx, req)
+			p.token = g.Token
+			p.done <- err
+		}()
+		env.settle()
+		if p.result == "" {
+			out = append(out, "waiting")
+		} else {
+			out = append(out, p.result)
+			delete(env.pending, name)
+		}
+	case "release":
+		o := env.owners[fields[1]]
+		err := env.engine(args["engine"]).Release(context.Background(), env.lockID(args), o)
+		out = append(out, result(err))
+	case "cancel":
+		p := env.pending[fields[1]]
+		if p == nil {
+			env.t.Fatalf("cancel %s: not pending", fields[1])
+		}
+		p.cancel()
+		p.cancelled = true
+		out = append(out, "ok")
+	case "lose":
+		l := leaseOf(env.engine(args["engine"]), env.lockID(args))
+		if l == nil {
+			out = append(out, "no lease")
+			break
+		}
+		l.lose(errors.New("test lost it"))
+		// The engine learns of the loss asynchronously, from Done.
+		for deadline := time.Now().Add(5 * time.Second); leaseOf(env.engine(args["engine"]), env.lockID(args)) == l; {
+			if time.Now().After(deadline) {
+				env.t.Fatal("engine did not notice the lost lease")
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		out = append(out, "ok")
+	case "break":
+		out = append(out, result(env.engine(args["engine"]).Break(context.Background(), env.lockID(args))))
+	case "status":
+		st := env.engine(args["engine"]).Status(env.lockID(args))
+		out = append(out, fmt.Sprintf("mode=%s implicit=%d lease=%s", st.Mode, st.Implicit, st.Lease))
+		names := map[Owner]string{}
+		for n, o := range env.owners {
+			names[o] = n
+		}
+		var hl []string
+		for _, h := range st.Holders {
+			s := fmt.Sprintf("holder %s pid=%d", names[h.Owner], h.Process.PID)
+			if h.Explicit {
+				s += " " + h.Mode.String()
+			}
+			if h.Implicit > 0 {
+				s += fmt.Sprintf(" implicit=%d", h.Implicit)
+			}
+			if h.Lost != nil {
+				s += " lost"
+			}
+			hl = append(hl, s)
+		}
+		sort.Strings(hl)
+		out = append(out, hl...)
+		for _, w := range st.Waiters {
+			s := fmt.Sprintf("waiter %s %s", names[w.Owner], w.Mode)
+			if w.Implicit {
+				s += " implicit"
+			}
+			out = append(out, s)
+		}
+	default:
+		env.t.Fatalf("unknown command %q", line)
+	}
+	if fields[0] != "acquire" {
+		env.settle()
+	}
+	return append(out, env.finished()...)
+}
+
+func TestScripts(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scripts: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runScript(t, string(data))
+		})
+	}
+}
+
+func runScript(t *testing.T, script string) {
+	env := newScriptEnv(t)
+	lines := strings.Split(script, "\n")
+	var rewritten []string
+	failed := false
+	for i := 0; i < len(lines); i++ {
+		line := strings.TrimSpace(lines[i])
+		if line == "" || strings.HasPrefix(line, "#") {
+			rewritten = append(rewritten, lines[i])
+			continue
+		}
+		var want []string
+		hasExpect := i+1 < len(lines) && strings.TrimSpace(lines[i+1]) == "----"
+		j := i + 1
+		if hasExpect {
+			for j = i + 2; j < len(lines) && strings.TrimSpace(lines[j]) != ""; j++ {
+				want = append(want, strings.TrimSpace(lines[j]))
+			}
+		}
+		got := env.run(line)
+		rewritten = append(rewritten, line, "----")
+		rewritten = append(rewritten, got...)
+		if hasExpect {
+			rewritten = append(rewritten, "")
+			i = j
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			failed = true
+			t.Errorf("line %d: %s\n got:\n  %s\nwant:\n  %s", i+1, line, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		}
+	}
+	if failed && os.Getenv("LOCKFS_REWRITE") != "" {
+		t.Logf("actual:\n%s", strings.Join(rewritten, "\n"))
+	}
+}
