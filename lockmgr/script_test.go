@@ -21,7 +21,7 @@ import (
 //	exit PID                      the process dies (its holds stay: its
 //	                              descriptors may live on in children)
 //	acquire OWNER pid=N path=P [kind=dir|newdir|usage] mode=s|x
-//	        [nowait] [class=file|posix] [engine=E]
+//	        [nowait] [class=file|posix] [engine=E] [token=no]
 //	                              -> granted token=T | waiting | error: E
 //	release OWNER path=P [kind=K] -> ok | error: notheld
 //	cancel OWNER                  interrupt OWNER's waiting acquire
@@ -52,6 +52,8 @@ type pendingAcquire struct {
 	result string
 	// cancelled: the acquire was interrupted and must finish.
 	cancelled bool
+	// hideToken: print "granted" alone (for grants that race each other).
+	hideToken bool
 }
 
 func newScriptEnv(t *testing.T) *scriptEnv {
@@ -168,7 +170,9 @@ func (env *scriptEnv) settle() {
 			}
 			select {
 			case err := <-p.done:
-				if err == nil {
+				if err == nil && p.hideToken {
+					p.result = "granted"
+				} else if err == nil {
 					p.result = fmt.Sprintf("granted token=%d", p.token)
 				} else {
 					p.result = "error: " + errName(err)
@@ -245,7 +249,7 @@ func (env *scriptEnv) run(line string) []string {
 			TID: pid, UID: 1000, Wait: args["nowait"] == ""}
 		e := env.engine(args["engine"])
 		ctx, cancel := context.WithCancel(context.Background())
-		p := &pendingAcquire{engine: e, tid: pid, cancel: cancel, done: make(chan error, 1)}
+		p := &pendingAcquire{engine: e, tid: pid, cancel: cancel, done: make(chan error, 1), hideToken: args["token"] == "no"}
 		env.pending[name] = p
 		go func() {
 			g, err := e.Acquire(ctx, req)
