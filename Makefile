@@ -1,0 +1,48 @@
+# lockfs: make build | test | run | vet | storm | deps | clean
+#
+# `make test` and `make run` install their prerequisites themselves when run
+# as root on Debian/Ubuntu (see scripts/deps.sh).
+
+GO      ?= go
+BIN     := bin/lockfs
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+
+# The full kill-during-wait storm (`make storm`); `make test` runs 300 trials.
+STORM_TRIALS ?= 10000
+
+.PHONY: all build test run vet fmt-check storm deps clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/lockfs
+
+# Prerequisites: fuse3 (fusermount3), util-linux (flock, setpriv), python3,
+# sqlite3, stress-ng. Installs what is missing when root with apt-get.
+deps:
+	@scripts/deps.sh
+
+fmt-check:
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then \
+		echo "gofmt: these files need formatting (run gofmt -w):"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+test: deps fmt-check vet
+	$(GO) test -race -count=1 -timeout 40m ./...
+
+# The full kill-during-wait storm: 10,000 waiters SIGKILLed at random instants
+# of their lock wait; none may be left in state D.
+storm: deps
+	LOCKFS_STORM_TRIALS=$(STORM_TRIALS) $(GO) test -race -count=1 -timeout 60m -v \
+		-run 'TestKillDuringWaitStorm' ./integration/
+
+# Mount demo/source at demo/mnt in the foreground; Ctrl-C unmounts.
+run: deps build
+	@scripts/run-demo.sh $(BIN)
+
+clean:
+	@if grep -qs " $(CURDIR)/demo/mnt " /proc/mounts; then fusermount3 -uz demo/mnt || true; fi
+	rm -rf bin demo
