@@ -239,7 +239,7 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 			return ErrClosed
 		}
 		ls := e.lockLocked(s.id)
-		blockers, ok := e.grantableLocked(ls, s, rc, w)
+		blockers, ok, mayPass := e.grantableWhyLocked(ls, s, rc, w)
 		if ok {
 			need := maxMode(ls.heldModeLocked(), s.mode)
 			if ls.lease != nil && ls.lease.Mode() >= need && ls.lease.Err() == nil {
@@ -250,7 +250,7 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 				if ls.busyWaits && !rc.req.Wait {
 					return ErrWouldBlock
 				}
-				if err := e.waitChangeLocked(ctx, ls, rc.req.TID); err != nil {
+				if err := e.waitChangeLocked(ctx, ls, rc.req.TID, 0); err != nil {
 					return err
 				}
 				continue
@@ -272,24 +272,39 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 			ls.queue = append(ls.queue, w)
 			e.waiting[rc.req.TID] = w
 		}
-		if err := e.waitChangeLocked(ctx, ls, rc.req.TID); err != nil {
+		var recheck time.Duration
+		if mayPass {
+			recheck = exitRecheck
+		}
+		if err := e.waitChangeLocked(ctx, ls, rc.req.TID, recheck); err != nil {
 			return err
 		}
 	}
 }
 
-// waitChangeLocked drops mu until ls changes or ctx ends. tid, if not 0,
-// is recorded as parked meanwhile.
-func (e *Engine) waitChangeLocked(ctx context.Context, ls *lockState, tid int) error {
+// exitRecheck is how often a waiter looks again when a blocking hold may
+// pass to its own lineage on a process exit that no request announces.
+const exitRecheck = 100 * time.Millisecond
+
+// waitChangeLocked drops mu until ls changes, ctx ends or recheck (if not
+// 0) has passed. tid, if not 0, is recorded as parked meanwhile.
+func (e *Engine) waitChangeLocked(ctx context.Context, ls *lockState, tid int, recheck time.Duration) error {
 	ch := ls.changed
 	if tid != 0 {
 		e.parked[tid] = ch
 		defer delete(e.parked, tid)
 	}
 	e.mu.Unlock()
+	var timeout <-chan time.Time
+	if recheck > 0 {
+		t := time.NewTimer(recheck)
+		defer t.Stop()
+		timeout = t.C
+	}
 	var err error
 	select {
 	case <-ch:
+	case <-timeout:
 	case <-ctx.Done():
 		err = ctx.Err()
 	}

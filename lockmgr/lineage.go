@@ -16,9 +16,13 @@ import "fmt"
 
 // effectiveProcLocked returns the process a hold belongs to now: the first
 // process of its recorded lineage that is still alive; the zero ProcID if
-// none is.
+// none is. The lock never passes to init (pid 1): init is everyone's
+// ancestor, and an orphaned descriptor must not become everyone's lock.
 func (e *Engine) effectiveProcLocked(h *hold) (p ProcID, inherited bool) {
 	for i, q := range h.lineage {
+		if q.PID == 1 {
+			break
+		}
 		if e.procs.Alive(q) {
 			return q, i > 0
 		}
@@ -70,6 +74,15 @@ func (e *Engine) privilegedLocked(ls *lockState, rc *reqCtx) bool {
 // step waits for (for deadlock detection). w is rc's own queue entry, if it
 // is queued.
 func (e *Engine) grantableLocked(ls *lockState, s step, rc *reqCtx, w *waiter) (blockers []int, ok bool) {
+	blockers, ok, _ = e.grantableWhyLocked(ls, s, rc, w)
+	return blockers, ok
+}
+
+// grantableWhyLocked is grantableLocked that also says whether a blocking
+// hold may pass to one of rc's own processes when its holder exits (the
+// holder descends from rc's lineage): no request tells the engine of such
+// an exit, so the waiter must look again from time to time.
+func (e *Engine) grantableWhyLocked(ls *lockState, s step, rc *reqCtx, w *waiter) (blockers []int, ok, mayPass bool) {
 	for _, h := range ls.holds {
 		if h.owner == rc.req.Owner || !Conflicts(h.mode(), s.mode) {
 			continue
@@ -78,12 +91,20 @@ func (e *Engine) grantableLocked(ls *lockState, s step, rc *reqCtx, w *waiter) (
 			continue
 		}
 		blockers = append(blockers, e.holderThreadLocked(h))
+		if !mayPass {
+			for _, q := range h.lineage {
+				if q.PID != 1 && rc.lineage.Contains(q) {
+					mayPass = true
+					break
+				}
+			}
+		}
 	}
 	if len(blockers) > 0 {
-		return blockers, false
+		return blockers, false, mayPass
 	}
 	if e.privilegedLocked(ls, rc) {
-		return nil, true
+		return nil, true, false
 	}
 	// FIFO: wait behind every earlier waiter whose mode conflicts with
 	// ours; shared waiters behind shared waiters go together.
@@ -95,7 +116,7 @@ func (e *Engine) grantableLocked(ls *lockState, s step, rc *reqCtx, w *waiter) (
 			blockers = append(blockers, q.rc.req.TID)
 		}
 	}
-	return blockers, len(blockers) == 0
+	return blockers, len(blockers) == 0, false
 }
 
 // holderThreadLocked names the thread a hold waits on for deadlock

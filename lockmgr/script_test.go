@@ -238,6 +238,9 @@ func (env *scriptEnv) run(line string) []string {
 	case "exit":
 		pid, _ := strconv.Atoi(fields[1])
 		env.tree.exit(pid)
+		// Waiters that may inherit the dead process's locks look again
+		// on a timer: give it time to fire.
+		time.Sleep(3 * exitRecheck)
 	case "acquire":
 		name := fields[1]
 		pid, _ := strconv.Atoi(args["pid"])
