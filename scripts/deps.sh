@@ -4,7 +4,8 @@
 # to install and fails.
 set -euo pipefail
 
-# tool:package pairs.
+# tool:packages pairs (packages separated by commas). gcc and the C library
+# headers are for the race detector that `make test` uses.
 needs=(
 	fusermount3:fuse3
 	flock:util-linux
@@ -12,6 +13,7 @@ needs=(
 	python3:python3
 	sqlite3:sqlite3
 	stress-ng:stress-ng
+	gcc:gcc,libc6-dev
 )
 
 missing_pkgs=()
@@ -20,7 +22,9 @@ for pair in "${needs[@]}"; do
 	tool=${pair%%:*} pkg=${pair#*:}
 	if ! command -v "$tool" >/dev/null 2>&1; then
 		missing_tools+=("$tool")
-		case " ${missing_pkgs[*]-} " in *" $pkg "*) ;; *) missing_pkgs+=("$pkg") ;; esac
+		for p in ${pkg//,/ }; do
+			case " ${missing_pkgs[*]-} " in *" $p "*) ;; *) missing_pkgs+=("$p") ;; esac
+		done
 	fi
 done
 

@@ -1,0 +1,178 @@
+package integration
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// stormTrials is the number of kill-during-wait trials: 300 by default,
+// LOCKFS_STORM_TRIALS to change it (make storm runs 10,000).
+func stormTrials(t *testing.T) int {
+	s := os.Getenv("LOCKFS_STORM_TRIALS")
+	if s == "" {
+		return 300
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		t.Fatalf("LOCKFS_STORM_TRIALS=%q: want a positive number", s)
+	}
+	return n
+}
+
+// inFlock reports whether the process is inside the flock(2) system call,
+// from /proc/PID/syscall (its first field is the syscall number).
+func inFlock(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+	if err != nil {
+		return false
+	}
+	return strings.HasPrefix(string(b), strconv.Itoa(unix.SYS_FLOCK)+" ")
+}
+
+// spin waits d by spinning: time.Sleep is too coarse for microseconds.
+func spin(d time.Duration) {
+	for start := time.Now(); time.Since(start) < d; {
+	}
+}
+
+// waiter is one trial's `flock a/.lock true`.
+type waiter struct {
+	cmd    *exec.Cmd
+	delay  time.Duration
+	reaped chan struct{}
+}
+
+func startWaiter(t *testing.T, lock string) *waiter {
+	t.Helper()
+	cmd := exec.Command("flock", lock, "true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &waiter{cmd: cmd, reaped: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		close(w.reaped)
+	}()
+	return w
+}
+
+// TestKillDuringWaitStorm SIGKILLs waiters at random instants around the
+// start of their lock wait. Each must die: none may be left in state D
+// (uninterruptible), however the kill races with the FUSE request. See
+// FUSE-NOTES.md on bazil dropping early interrupts.
+func TestKillDuringWaitStorm(t *testing.T) {
+	m := mount(t)
+	lock := m.path("a/.lock")
+	trials := stormTrials(t)
+	h := holder(t, lock, "-x")
+
+	// Control: the detector sees a waiter stuck in D. Freeze the daemon, so
+	// that nobody answers, and SIGKILL a waiter that is in its lock wait:
+	// the kernel must wait for the daemon's answer in state D.
+	t.Run("control: a frozen daemon leaves a killed waiter in D", func(t *testing.T) {
+		w := startWaiter(t, lock)
+		if !eventually(10*time.Second, func() bool { return inFlock(w.cmd.Process.Pid) }) {
+			w.cmd.Process.Kill()
+			t.Fatal("the waiter never entered flock(2)")
+		}
+		time.Sleep(50 * time.Millisecond) // let the daemon receive the request
+		syscall.Kill(m.Pid(), syscall.SIGSTOP)
+		defer syscall.Kill(m.Pid(), syscall.SIGCONT)
+		w.cmd.Process.Kill()
+		time.Sleep(300 * time.Millisecond)
+		st := procState(w.cmd.Process.Pid)
+		syscall.Kill(m.Pid(), syscall.SIGCONT)
+		if st != 'D' {
+			t.Errorf("killed waiter of a frozen daemon: state %q, want 'D' (the stuck-waiter check could not see a stuck waiter)", st)
+		}
+		select {
+		case <-w.reaped:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the killed waiter was not reaped after the daemon resumed (state %q)", procState(w.cmd.Process.Pid))
+		}
+	})
+
+	// Calibrate: how long after Start returns does a waiter enter flock(2)?
+	var entry []time.Duration
+	for range 20 {
+		w := startWaiter(t, lock)
+		t0 := time.Now()
+		for !inFlock(w.cmd.Process.Pid) && time.Since(t0) < 5*time.Second {
+		}
+		entry = append(entry, time.Since(t0))
+		w.cmd.Process.Kill()
+		<-w.reaped
+	}
+	slices.Sort(entry)
+	median := entry[len(entry)/2]
+	t.Logf("a waiter enters flock(2) %v after exec (median of 20; min %v, max %v)", median, entry[0], entry[len(entry)-1])
+
+	// Half the trials kill 0-200µs after exec returns; the other half
+	// 0-200µs around the median entry into flock(2), where the LockWait
+	// request and its Interrupt race inside the daemon.
+	const batch = 25
+	var granted, done int
+	var leftover []*waiter
+	for done < trials {
+		n := min(batch, trials-done)
+		ws := make([]*waiter, 0, n)
+		for i := range n {
+			w := startWaiter(t, lock)
+			d := rand.N(200 * time.Microsecond)
+			if (done+i)%2 == 1 {
+				d += max(0, median-100*time.Microsecond)
+			}
+			w.delay = d
+			spin(d)
+			w.cmd.Process.Kill()
+			ws = append(ws, w)
+		}
+		for _, w := range ws {
+			select {
+			case <-w.reaped:
+				if w.cmd.ProcessState.ExitCode() == 0 {
+					granted++
+				}
+			case <-time.After(5 * time.Second):
+				t.Errorf("waiter pid %d, SIGKILLed %v after exec: not reaped 5s later, state %q (D: stuck in the lock wait)",
+					w.cmd.Process.Pid, w.delay, procState(w.cmd.Process.Pid))
+				leftover = append(leftover, w)
+			}
+		}
+		done += n
+		if len(leftover) > 0 {
+			break
+		}
+	}
+	if granted > 0 {
+		t.Errorf("%d waiters were granted the lock while it was held exclusively", granted)
+	}
+	t.Logf("%d kill-during-wait trials, %d stuck", done, len(leftover))
+
+	// Nothing is left behind: once the holder goes, the lock is free.
+	h.kill()
+	for _, w := range leftover {
+		select {
+		case <-w.reaped:
+		case <-time.After(10 * time.Second):
+			t.Errorf("stuck waiter pid %d still not reaped after the holder died", w.cmd.Process.Pid)
+		}
+	}
+	if !eventually(10*time.Second, func() bool { return flockN(t, lock, "-x").code == 0 }) {
+		t.Errorf("after the storm and the holder's death, flock -n -x a/.lock is refused: %v; status:\n%s",
+			flockN(t, lock, "-x"), readStatus(t, lock))
+	}
+	if st := readStatus(t, lock); !strings.Contains(st, "waiters 0\n") {
+		t.Errorf("waiters left after the storm:\n%s", st)
+	}
+}
