@@ -14,7 +14,11 @@ import (
 // lockfs runs the lockfs binary to completion.
 func lockfs(t *testing.T, timeout time.Duration, args ...string) result {
 	t.Helper()
-	return run(t, timeout, lockfsBin, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := command(ctx, lockfsBin, args...)
+	cmd.Env = daemonEnv()
+	return runCmd(t, ctx, cmd)
 }
 
 func TestMountRefusesBadPaths(t *testing.T) {
@@ -157,8 +161,9 @@ func TestStaleMountRecovered(t *testing.T) {
 	m.cmd.Process.Kill()
 	<-m.exited
 	// Control: the mount is stale now.
-	if _, err := os.Stat(m.Mnt); !errors.Is(err, syscall.ENOTCONN) {
-		t.Fatalf("stat of the mountpoint of a killed daemon: %v; want ENOTCONN", err)
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(m.Mnt, &st); !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("statfs of the mountpoint of a killed daemon: %v; want ENOTCONN", err)
 	}
 	m2 := startMount(t, m.Src, m.Mnt)
 	m2.waitReady()

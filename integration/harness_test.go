@@ -49,6 +49,12 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
+// daemonEnv is the environment of lockfs processes: the race detector's
+// default one-second sleep at exit would slow every stop.
+func daemonEnv() []string {
+	return append(os.Environ(), "GORACE=atexit_sleep_ms=100")
+}
+
 // goTool returns the go command that runs these tests.
 func goTool() string {
 	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
@@ -218,6 +224,7 @@ func startMount(t *testing.T, src, mnt string, args ...string) *Mount {
 	argv := append([]string{"mount", "--log-level", level}, args...)
 	argv = append(argv, src, mnt)
 	cmd := exec.Command(lockfsBin, argv...)
+	cmd.Env = daemonEnv()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -235,11 +242,13 @@ func startMount(t *testing.T, src, mnt string, args ...string) *Mount {
 	return m
 }
 
-// waitReady waits until the mount shows in /proc/mounts.
+// waitReady waits until the mount shows in /proc/mounts and answers: a
+// stale mount left at the mountpoint by a killed daemon is in /proc/mounts
+// too, but fails statfs.
 func (m *Mount) waitReady() {
 	m.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for !isMounted(m.Mnt) {
+	for !isMounted(m.Mnt) || !isLive(m.Mnt) {
 		select {
 		case <-m.exited:
 			m.t.Fatalf("lockfs mount exited before mounting (%v); log:\n%s", m.state, m.logText())
@@ -265,6 +274,15 @@ func isMounted(mnt string) bool {
 		}
 	}
 	return false
+}
+
+// isLive reports whether a FUSE daemon answers at mnt: statfs, which the
+// kernel never answers from a cache, reaches a FUSE filesystem. A stale
+// mount fails it with ENOTCONN, a bare directory is not FUSE.
+func isLive(mnt string) bool {
+	const fuseSuperMagic = 0x65735546
+	var st syscall.Statfs_t
+	return syscall.Statfs(mnt, &st) == nil && st.Type == fuseSuperMagic
 }
 
 // Pid is the daemon's process id.
@@ -376,7 +394,12 @@ func run(t *testing.T, timeout time.Duration, name string, args ...string) resul
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := command(ctx, name, args...)
+	return runCmd(t, ctx, command(ctx, name, args...))
+}
+
+// runCmd runs cmd, made by command with ctx, to completion or timeout.
+func runCmd(t *testing.T, ctx context.Context, cmd *exec.Cmd) result {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -390,7 +413,7 @@ func run(t *testing.T, timeout time.Duration, name string, args ...string) resul
 	case errors.As(err, &ee):
 		r.code = ee.ExitCode()
 	default:
-		t.Fatalf("%s %q: %v", name, args, err)
+		t.Fatalf("%q: %v", cmd.Args, err)
 	}
 	return r
 }

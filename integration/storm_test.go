@@ -48,7 +48,7 @@ func spin(d time.Duration) {
 // waiter is one trial's `flock a/.lock true`.
 type waiter struct {
 	cmd    *exec.Cmd
-	delay  time.Duration
+	when   string // when it was killed, for messages
 	reaped chan struct{}
 }
 
@@ -117,23 +117,36 @@ func TestKillDuringWaitStorm(t *testing.T) {
 	median := entry[len(entry)/2]
 	t.Logf("a waiter enters flock(2) %v after exec (median of 20; min %v, max %v)", median, entry[0], entry[len(entry)-1])
 
-	// Half the trials kill 0-200µs after exec returns; the other half
-	// 0-200µs around the median entry into flock(2), where the LockWait
-	// request and its Interrupt race inside the daemon.
+	// The trials cycle through three kinds of instants: 0-200µs after exec
+	// returns (the waiter starting up), 0-200µs after the waiter is seen
+	// entering flock(2) (its LockWait request and the Interrupt race inside
+	// the daemon), and 0-200µs around the median entry into flock(2).
 	const batch = 25
-	var granted, done int
+	var granted, done, inWait int
 	var leftover []*waiter
 	for done < trials {
 		n := min(batch, trials-done)
 		ws := make([]*waiter, 0, n)
 		for i := range n {
 			w := startWaiter(t, lock)
+			pid := w.cmd.Process.Pid
 			d := rand.N(200 * time.Microsecond)
-			if (done+i)%2 == 1 {
+			switch (done + i) % 3 {
+			case 0:
+				w.when = fmt.Sprintf("%v after exec", d)
+			case 1:
+				t0 := time.Now()
+				for !inFlock(pid) && time.Since(t0) < time.Second {
+				}
+				w.when = fmt.Sprintf("%v after entering flock(2)", d)
+			case 2:
 				d += max(0, median-100*time.Microsecond)
+				w.when = fmt.Sprintf("%v after exec", d)
 			}
-			w.delay = d
 			spin(d)
+			if inFlock(pid) {
+				inWait++
+			}
 			w.cmd.Process.Kill()
 			ws = append(ws, w)
 		}
@@ -144,8 +157,8 @@ func TestKillDuringWaitStorm(t *testing.T) {
 					granted++
 				}
 			case <-time.After(5 * time.Second):
-				t.Errorf("waiter pid %d, SIGKILLed %v after exec: not reaped 5s later, state %q (D: stuck in the lock wait)",
-					w.cmd.Process.Pid, w.delay, procState(w.cmd.Process.Pid))
+				t.Errorf("waiter pid %d, SIGKILLed %s: not reaped 5s later, state %q (D: stuck in the lock wait)",
+					w.cmd.Process.Pid, w.when, procState(w.cmd.Process.Pid))
 				leftover = append(leftover, w)
 			}
 		}
@@ -157,7 +170,11 @@ func TestKillDuringWaitStorm(t *testing.T) {
 	if granted > 0 {
 		t.Errorf("%d waiters were granted the lock while it was held exclusively", granted)
 	}
-	t.Logf("%d kill-during-wait trials, %d stuck", done, len(leftover))
+	t.Logf("%d kill-during-wait trials, %d killed inside flock(2), %d stuck", done, inWait, len(leftover))
+	// Control: the storm must actually kill waiters inside their lock wait.
+	if inWait < done/10 {
+		t.Errorf("only %d of %d waiters were killed inside flock(2): the storm does not exercise the lock wait", inWait, done)
+	}
 
 	// Nothing is left behind: once the holder goes, the lock is free.
 	h.kill()

@@ -229,10 +229,14 @@ func (d *daemon) run(sigs <-chan os.Signal) error {
 	select {
 	case <-d.served:
 		serveErr = d.serveErr
+		if err := d.fs.Close(); err != nil {
+			d.log.WithError(err).Error("closing the filesystem")
+		}
 	default:
-	}
-	if err := d.fs.Close(); err != nil {
-		d.log.WithError(err).Error("closing the filesystem")
+		// Serve still runs for the files open on the detached mount: the
+		// filesystem stays open (closing its descriptors under running
+		// handlers could let a reused descriptor number point them outside
+		// SOURCE) and goes with the process. The engine is closed below.
 	}
 	select {
 	case err := <-engineClosed:

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
@@ -40,12 +41,6 @@ func preparePaths(source, mountpoint string, allowRemote bool, log logrus.FieldL
 	mnt, err := existingDir("MOUNTPOINT", mountpoint)
 	if err != nil {
 		return mountPaths{}, err
-	}
-	if ms, err := mountsAt(mnt); err != nil {
-		return mountPaths{}, err
-	} else if n := len(ms); n > 0 && ms[n-1].isFUSE() {
-		return mountPaths{}, fmt.Errorf("MOUNTPOINT %s is already a FUSE mount (%s from %s): "+
-			"is another lockfs running there? Stop it, or run `lockfs unmount %s`", mnt, ms[n-1].Type, ms[n-1].Source, mnt)
 	}
 	if within(mnt, src) {
 		return mountPaths{}, fmt.Errorf("MOUNTPOINT %s is inside SOURCE %s (or is it): "+
@@ -104,26 +99,78 @@ func within(path, dir string) bool {
 	return strings.HasPrefix(path, dir+"/")
 }
 
-// cleanStaleMount removes the mount a killed daemon left at mountpoint: its
-// stat fails with ENOTCONN ("Transport endpoint is not connected").
+// probeTimeout bounds the statfs that tells a live FUSE mount from a stale
+// one: a hung daemon must not hang us.
+const probeTimeout = 5 * time.Second
+
+// cleanStaleMount removes the mount a killed daemon left at mountpoint, and
+// refuses a live FUSE mount there. A stale mount answers statfs with ENOTCONN
+// ("Transport endpoint is not connected"); stat alone is not enough, since the
+// kernel may answer it from its attribute cache.
 func cleanStaleMount(mountpoint string, log logrus.FieldLogger) error {
 	abs, err := filepath.Abs(mountpoint)
 	if err != nil {
 		return err
 	}
-	var st unix.Stat_t
-	err = unix.Stat(abs, &st)
-	if !errors.Is(err, unix.ENOTCONN) && !errors.Is(err, unix.ECONNABORTED) {
-		return nil // the other errors are reported by existingDir
+	// The mount table has real paths. Resolve the parent only: the
+	// mountpoint itself may be stale and fail every lookup.
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		abs = filepath.Join(dir, filepath.Base(abs))
+	}
+	ms, err := mountsAt(abs)
+	if err != nil {
+		return err
+	}
+	var probe error
+	if n := len(ms); n > 0 && ms[n-1].isFUSE() {
+		probe = statfsWithin(abs, probeTimeout)
+		switch {
+		case probe == nil:
+			return fmt.Errorf("MOUNTPOINT %s is already a FUSE mount (%s from %s): "+
+				"is another lockfs running there? Stop it, or run `lockfs unmount %s`", abs, ms[n-1].Type, ms[n-1].Source, abs)
+		case errors.Is(probe, errProbeTimeout):
+			return fmt.Errorf("MOUNTPOINT %s is a FUSE mount (%s from %s) whose daemon does not answer: "+
+				"run `lockfs unmount %s` (or fusermount3 -uz %s) first", abs, ms[n-1].Type, ms[n-1].Source, abs, abs)
+		}
+	} else {
+		// Not in our mount table (another mount namespace?): stat still
+		// tells a stale mount.
+		var st unix.Stat_t
+		probe = unix.Stat(abs, &st)
+	}
+	if !errors.Is(probe, unix.ENOTCONN) && !errors.Is(probe, unix.ECONNABORTED) {
+		return nil // other errors are reported by existingDir
 	}
 	log.WithField("mountpoint", abs).
 		Warn("MOUNTPOINT has a stale mount (transport endpoint is not connected): cleaning it up with fusermount3 -uz")
 	if err := fusermount(abs, true); err != nil && !errors.Is(err, errNotMounted) {
 		return fmt.Errorf("cleaning up the stale mount at %s: %w", abs, err)
 	}
+	var st unix.Stat_t
 	if err := unix.Stat(abs, &st); err != nil {
 		return fmt.Errorf("MOUNTPOINT %s is still unusable after removing the stale mount: %w", abs, err)
 	}
 	log.WithField("mountpoint", abs).Info("stale mount removed")
 	return nil
+}
+
+// errProbeTimeout: statfs did not return in time.
+var errProbeTimeout = errors.New("no answer")
+
+// statfsWithin runs statfs(2) on path, giving up after timeout. statfs is
+// never answered from a cache, so it reaches a FUSE daemon.
+func statfsWithin(path string, timeout time.Duration) error {
+	done := make(chan error, 1)
+	// If the daemon hangs, this goroutine stays blocked until it answers or
+	// the process exits; lockfs then exits with an error anyway.
+	go func() {
+		var st unix.Statfs_t
+		done <- unix.Statfs(path, &st)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		return errProbeTimeout
+	}
 }
