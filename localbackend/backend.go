@@ -1,0 +1,256 @@
+package localbackend
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// Compile-time checks.
+var (
+	_ lockmgr.Backend = (*Backend)(nil)
+	_ lockmgr.Lease   = (*lease)(nil)
+)
+
+// errBackendClosed is returned by calls made after (or interrupted by) Close.
+var errBackendClosed = fmt.Errorf("local backend: %w", lockmgr.ErrClosed)
+
+// Backend is the local lockmgr.Backend: claims are kernel flocks on hidden
+// files in SOURCE. It is safe for concurrent use.
+//
+// LOCK ORDERING: Backend.mu before lease.mu. Neither is held across a system
+// call that can block or across a wait.
+type Backend struct {
+	// Constant data
+	log       logrus.FieldLogger
+	flockPath string
+	syncToken bool
+	src       *os.File // O_PATH|O_DIRECTORY descriptor of SOURCE; see fdDo
+
+	// closeCtx is cancelled when Close begins, to interrupt waits.
+	closeCtx    context.Context
+	closeCancel context.CancelFunc
+
+	// Mutable state
+	mu sync.Mutex
+	// closed is set once Close began. GUARDED_BY(mu)
+	closed bool
+	// leases are the claims held and not yet released. GUARDED_BY(mu)
+	leases map[*lease]struct{}
+	// inflight counts calls in progress. Add only under mu while !closed.
+	inflight sync.WaitGroup
+}
+
+// New opens SOURCE and returns a backend over it. It fails if cfg is
+// invalid, if flock(1) cannot be found, if the kernel lacks openat2(2)
+// (Linux 5.6), or if SOURCE is on a network or FUSE filesystem and
+// cfg.AllowNetworkFS is not set.
+func New(cfg Config) (*Backend, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		l := logrus.New()
+		l.SetOutput(io.Discard)
+		log = l
+	}
+	flockPath := cfg.FlockPath
+	if flockPath == "" {
+		p, err := exec.LookPath("flock")
+		if err != nil {
+			return nil, fmt.Errorf("localbackend: flock(1) from util-linux is needed to wait for locks: %w", err)
+		}
+		flockPath = p
+	}
+	fd, err := unix.Open(cfg.Source, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("localbackend: open source %q: %w", cfg.Source, err)
+	}
+	if err := checkSource(fd, cfg); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	closeCtx, closeCancel := context.WithCancel(context.Background())
+	return &Backend{
+		log:         log.WithFields(logrus.Fields{"backend": "local", "source": cfg.Source}),
+		flockPath:   flockPath,
+		syncToken:   cfg.SyncTokens,
+		src:         os.NewFile(uintptr(fd), cfg.Source),
+		closeCtx:    closeCtx,
+		closeCancel: closeCancel,
+		leases:      make(map[*lease]struct{}),
+	}, nil
+}
+
+// foreignFS are the filesystems whose flock(2) is not (only) this host's
+// kernel lock table, by statfs magic.
+var foreignFS = map[int64]string{
+	unix.NFS_SUPER_MAGIC:   "nfs",
+	unix.SMB_SUPER_MAGIC:   "smb",
+	unix.SMB2_SUPER_MAGIC:  "smb2",
+	unix.CIFS_SUPER_MAGIC:  "cifs",
+	unix.FUSE_SUPER_MAGIC:  "fuse",
+	unix.V9FS_MAGIC:        "9p",
+	unix.CEPH_SUPER_MAGIC:  "ceph",
+	unix.AFS_SUPER_MAGIC:   "afs",
+	unix.AFS_FS_MAGIC:      "afs",
+	unix.CODA_SUPER_MAGIC:  "coda",
+	unix.NCP_SUPER_MAGIC:   "ncp",
+	unix.OCFS2_SUPER_MAGIC: "ocfs2",
+}
+
+// checkSource probes openat2 and the filesystem type of SOURCE.
+func checkSource(fd int, cfg Config) error {
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolveSafely}
+	pfd, err := openat2(fd, ".", &how)
+	if err != nil {
+		return fmt.Errorf("localbackend: openat2(2) on %q: %w (Linux 5.6 or later is required)", cfg.Source, err)
+	}
+	unix.Close(pfd)
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err != nil {
+		return fmt.Errorf("localbackend: statfs %q: %w", cfg.Source, err)
+	}
+	if name, ok := foreignFS[int64(sfs.Type)]; ok && !cfg.AllowNetworkFS {
+		return fmt.Errorf("localbackend: source %q is on %s, whose flock is not this host's lock table; "+
+			"use the gcs backend, or allow it explicitly if every lockfs daemon runs on this host", cfg.Source, name)
+	}
+	return nil
+}
+
+// Claim takes the kernel flock on id's backing file in mode, creating the
+// file if needed. Without wait it fails with lockmgr.ErrWouldBlock if the
+// flock is held in a conflicting mode. With wait it blocks, cancellably,
+// until granted or ctx ends (see the package documentation for how). A
+// directory that does not exist gives an error wrapping os.ErrNotExist.
+func (b *Backend) Claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mode, wait bool) (lockmgr.Lease, error) {
+	if err := b.enter(); err != nil {
+		return nil, fmt.Errorf("claim %s %s: %w", mode, id, err)
+	}
+	defer b.inflight.Done()
+
+	l, err := b.claim(ctx, id, mode, wait)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s %s: %w", mode, id, err)
+	}
+	b.mu.Lock()
+	closed := b.closed
+	if !closed {
+		b.leases[l] = struct{}{}
+	}
+	b.mu.Unlock()
+	if closed {
+		l.closeFile()
+		return nil, fmt.Errorf("claim %s %s: %w", mode, id, errBackendClosed)
+	}
+	return l, nil
+}
+
+func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mode, wait bool) (*lease, error) {
+	how, err := flockOp(mode)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := backingPath(id)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		f        *os.File
+		writable bool
+	)
+	err = fdDo(b.src, func(srcFD int) error {
+		var err error
+		f, writable, err = openBacking(srcFD, rel)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = fdDo(f, func(fd int) error { return flockNB(fd, how) })
+	switch {
+	case err == nil:
+	case !wouldBlock(err):
+		f.Close()
+		return nil, fmt.Errorf("flock %s: %w", rel, err)
+	case !wait:
+		f.Close()
+		return nil, lockmgr.ErrWouldBlock
+	default:
+		if err := b.waitFlock(ctx, f, mode, id); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return newLease(b, id, f, mode, writable), nil
+}
+
+// flockOp maps a mode to its flock(2) operation.
+func flockOp(mode lockmgr.Mode) (int, error) {
+	switch mode {
+	case lockmgr.Shared:
+		return unix.LOCK_SH, nil
+	case lockmgr.Exclusive:
+		return unix.LOCK_EX, nil
+	}
+	return 0, fmt.Errorf("%w: mode %v", lockmgr.ErrInvalid, mode)
+}
+
+// enter registers a call in progress, or fails once Close has begun. The
+// caller must call b.inflight.Done when it returns.
+func (b *Backend) enter() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return errBackendClosed
+	}
+	b.inflight.Add(1)
+	return nil
+}
+
+// Close makes every later call fail with lockmgr.ErrClosed, interrupts the
+// calls still waiting, waits for them to return, releases every claim still
+// held and closes SOURCE. It returns nil, and nil again if called twice.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+
+	b.closeCancel()
+	b.inflight.Wait()
+
+	b.mu.Lock()
+	leases := make([]*lease, 0, len(b.leases))
+	for l := range b.leases {
+		leases = append(leases, l)
+	}
+	clear(b.leases)
+	b.mu.Unlock()
+
+	for _, l := range leases {
+		b.log.WithField("lock", l.id.String()).WithField("mode", l.Mode().String()).
+			Info("releasing claim still held at close")
+		l.closeFile()
+	}
+	return b.src.Close()
+}
+
+// forget drops a released lease from the set Close releases.
+func (b *Backend) forget(l *lease) {
+	b.mu.Lock()
+	delete(b.leases, l)
+	b.mu.Unlock()
+}

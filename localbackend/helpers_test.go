@@ -1,0 +1,288 @@
+package localbackend
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// The test binary doubles as a helper process (re-exec'd with
+// LOCALBACKEND_HELPER set), because flock locks belong to processes and
+// open file descriptions, not goroutines.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("LOCALBACKEND_HELPER"); mode != "" {
+		os.Exit(helperMain(mode, os.Args[len(os.Args)-2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// helperMain runs one helper role; args are SOURCE and a role argument.
+//
+//	tokens SOURCE N   claim "." shared, print N tokens, one per line
+//	hold SOURCE PATH  claim PATH exclusive, print "locked", sleep
+//	wait SOURCE PATH  claim PATH exclusive with wait, print "granted", sleep
+func helperMain(mode string, args []string) int {
+	b, err := New(Config{Source: args[0]})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer b.Close()
+	ctx := context.Background()
+	switch mode {
+	case "tokens":
+		n, _ := strconv.Atoi(args[1])
+		l, err := b.Claim(ctx, lockmgr.LockID{Path: ".", Kind: lockmgr.KindDir}, lockmgr.Shared, true)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		w := bufio.NewWriter(os.Stdout)
+		for range n {
+			tok, err := l.NextToken(ctx)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 2
+			}
+			fmt.Fprintln(w, tok)
+		}
+		w.Flush()
+		return 0
+	case "hold", "wait":
+		_, err := b.Claim(ctx, lockmgr.LockID{Path: args[1], Kind: lockmgr.KindDir}, lockmgr.Exclusive, mode == "wait")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		fmt.Println("locked")
+		time.Sleep(time.Hour)
+	}
+	return 2
+}
+
+// startHelper re-execs the test binary in a helper role.
+func startHelper(t *testing.T, mode string, args ...string) (*exec.Cmd, *bufio.Reader) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$"}, args...)...)
+	cmd.Env = append(os.Environ(), "LOCALBACKEND_HELPER="+mode)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd, bufio.NewReader(out)
+}
+
+// dirID and friends build lock IDs.
+func dirID(p string) lockmgr.LockID { return lockmgr.LockID{Path: p, Kind: lockmgr.KindDir} }
+
+// newSource returns a fresh SOURCE directory with subdirectories dirs.
+func newSource(t *testing.T, dirs ...string) string {
+	t.Helper()
+	src := t.TempDir()
+	for _, d := range dirs {
+		if err := os.MkdirAll(filepath.Join(src, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return src
+}
+
+// newBackend returns a backend over src, closed when the test ends.
+func newBackend(t testing.TB, src string) *Backend {
+	t.Helper()
+	b, err := New(Config{Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return b
+}
+
+// mustClaim claims id and fails the test on error.
+func mustClaim(t *testing.T, b *Backend, id lockmgr.LockID, mode lockmgr.Mode) lockmgr.Lease {
+	t.Helper()
+	l, err := b.Claim(context.Background(), id, mode, false)
+	if err != nil {
+		t.Fatalf("claim %s %s: %v", mode, id, err)
+	}
+	return l
+}
+
+// externalTry runs "flock -n <args> FILE true" and reports whether it got
+// the lock (exit 0) or found it busy (exit 1).
+func externalTry(t *testing.T, file string, args ...string) bool {
+	t.Helper()
+	cmd := exec.Command("flock", append(append([]string{"-n"}, args...), file, "true")...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &ee) && ee.ExitCode() == 1:
+		return false
+	}
+	t.Fatalf("flock -n %v %s: %v: %s", args, file, err, out)
+	return false
+}
+
+// holder is a flock(1) process holding a lock on a file until told to stop.
+type holder struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+// holdExternal runs "flock -o <args> FILE sh ..." in its own process group
+// and returns once it holds the lock. With -o only flock(1) itself holds the
+// lock, so it is free as soon as flock(1) is reaped. When released, the shell writes "released"
+// to mark (if not empty) while still holding the lock, then exits.
+func holdExternal(t *testing.T, file, mark string, args ...string) *holder {
+	t.Helper()
+	h := startHolder(t, file, mark, args...)
+	if line, err := h.out.ReadString('\n'); line != "locked\n" {
+		t.Fatalf("flock %v %s did not take the lock: %q %v", args, file, line, err)
+	}
+	return h
+}
+
+// startHolder starts the holder without waiting for it to hold the lock.
+func startHolder(t *testing.T, file, mark string, args ...string) *holder {
+	t.Helper()
+	script := `echo locked; cat >/dev/null; if [ -n "$MARK" ]; then echo released >"$MARK"; fi`
+	cmd := exec.Command("flock", append(append([]string{"-o"}, args...), file, "sh", "-c", script)...)
+	cmd.Env = append(os.Environ(), "MARK="+mark)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &holder{t: t, cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+	t.Cleanup(h.kill)
+	return h
+}
+
+// release lets the holder finish and waits for it: the lock is free after.
+func (h *holder) release() {
+	h.t.Helper()
+	h.stdin.Close()
+	if err := h.cmd.Wait(); err != nil {
+		h.t.Fatalf("holder: %v", err)
+	}
+}
+
+// kill sends SIGKILL to the holder's whole process group and reaps it.
+func (h *holder) kill() {
+	if h.cmd.ProcessState != nil {
+		return
+	}
+	syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
+	h.cmd.Wait()
+}
+
+// childrenOf returns the command lines of the live processes whose parent is
+// pid, as reported by /proc.
+func childrenOf(pid int) map[int][]string {
+	out := map[int][]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		cpid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cpid))
+		if err != nil {
+			continue
+		}
+		// Fields after the parenthesised comm: state ppid ...
+		s := string(stat)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid != pid {
+			continue
+		}
+		cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cpid))
+		out[cpid] = strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00")
+	}
+	return out
+}
+
+// flockChildren returns the pids of the "flock -x 3"/"flock -s 3" children
+// of pid: the processes a backend waits through.
+func flockChildren(pid int) []int {
+	var pids []int
+	for cpid, argv := range childrenOf(pid) {
+		if len(argv) == 3 && filepath.Base(argv[0]) == "flock" && argv[2] == "3" {
+			pids = append(pids, cpid)
+		}
+	}
+	return pids
+}
+
+// eventually polls cond every few milliseconds for up to 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// checkGoroutines fails the test if, once its other cleanups ran, more
+// goroutines run than when it was called. Call it first in a test, so its
+// cleanup runs last; such tests must not run in parallel.
+func checkGoroutines(t *testing.T) {
+	t.Helper()
+	base := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > base {
+			if time.Now().After(deadline) {
+				var sb strings.Builder
+				pprof.Lookup("goroutine").WriteTo(&sb, 1)
+				t.Errorf("goroutines leaked: %d before, %d after:\n%s", base, runtime.NumGoroutine(), sb.String())
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}

@@ -1,0 +1,89 @@
+package localbackend
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Small wrappers over the system calls the backend makes. Every call on a
+// lease's descriptor goes through fdDo, so that a concurrent Release or
+// Backend.Close can never close the descriptor, and let the number be reused
+// for another file, while a call is using it: os.File defers the real
+// close(2) until the last such call returns.
+
+// fdDo runs fn with f's descriptor, or fails with os.ErrClosed if f was
+// closed.
+func fdDo(f *os.File, fn func(fd int) error) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// flockNB applies a non-blocking flock(2) operation (how is LOCK_SH, LOCK_EX
+// or LOCK_UN; LOCK_NB is added). It never blocks a thread.
+func flockNB(fd int, how int) error {
+	return ignoringEINTR(func() error { return unix.Flock(fd, how|unix.LOCK_NB) })
+}
+
+// wouldBlock reports whether err is flock(2)'s "lock is held" answer
+// (EWOULDBLOCK, which is EAGAIN on Linux).
+func wouldBlock(err error) bool {
+	return errors.Is(err, unix.EWOULDBLOCK)
+}
+
+// ignoringEINTR retries fn while it fails with EINTR.
+func ignoringEINTR(fn func() error) error {
+	for {
+		err := fn()
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}
+
+// backoff yields jittered, exponentially growing delays between polls.
+type backoff struct {
+	next, max time.Duration
+}
+
+// Polling bounds for an upgrade that has to wait, which may wait on other
+// processes' shared holds for long, and for the token lock, which is held for
+// a few system calls.
+const (
+	upgradePollMin = time.Millisecond
+	upgradePollMax = 50 * time.Millisecond
+	tokenPollMin   = 50 * time.Microsecond
+	tokenPollMax   = 5 * time.Millisecond
+)
+
+func newBackoff(first, max time.Duration) backoff { return backoff{next: first, max: max} }
+
+// sleep waits for the next delay, a random duration in [d/2, d], then doubles
+// d up to the maximum. It returns early with the error of whichever of ctx
+// and stop ends first.
+func (b *backoff) sleep(ctx context.Context, stop <-chan struct{}) error {
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(2*b.next, b.max)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-stop:
+		return errBackendClosed
+	}
+}
