@@ -170,7 +170,7 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 		e.mu.Unlock()
 		return Grant{Token: tok}, nil
 	case req.Mode == Shared: // downgrade
-		h.explicit = Shared
+		ls.change(h, func() { h.explicit = Shared })
 		ls.broadcastLocked()
 		e.settleLocked(ls)
 		e.mu.Unlock()
@@ -198,7 +198,7 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 		e.mu.Unlock()
 		return Grant{}, err
 	}
-	h.explicit = 0
+	ls.change(h, func() { h.explicit = 0 })
 	if h.implicit == 0 {
 		e.dropHoldLocked(ls, h)
 	}
@@ -355,26 +355,26 @@ func (e *Engine) addHoldLocked(ls *lockState, s step, rc *reqCtx) {
 	h := ls.holds[rc.req.Owner]
 	if h == nil {
 		h = &hold{owner: rc.req.Owner, lineage: rc.lineage, tid: rc.req.TID, uid: rc.req.UID, since: e.now()}
-		ls.holds[rc.req.Owner] = h
+		ls.insert(h)
 	}
 	if s.explicit {
-		if h.explicit == 0 || h.explicit != s.mode {
+		if h.explicit != s.mode {
 			h.since = e.now()
 		}
-		h.explicit = s.mode
+		ls.change(h, func() { h.explicit = s.mode })
 		h.lineage, h.tid, h.uid = rc.lineage, rc.req.TID, rc.req.UID
 		if s.id.Kind == KindUsage {
 			e.usage[h] = struct{}{}
 		}
 	} else {
-		h.implicit++
+		ls.change(h, func() { h.implicit++ })
 	}
 	ls.broadcastLocked()
 }
 
 // dropHoldLocked removes h from the table.
 func (e *Engine) dropHoldLocked(ls *lockState, h *hold) {
-	delete(ls.holds, h.owner)
+	ls.remove(h)
 	delete(e.usage, h)
 }
 

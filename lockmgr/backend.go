@@ -8,8 +8,9 @@ import "context"
 // backend keeps claims in the host's kernel flock table; the gcs backend keeps
 // them as leases in a bucket, so that many hosts share one namespace.
 //
-// The engine calls at most one method per lock at a time (it serialises
-// Claim, Convert and Release of one lock), never while holding its mutex.
+// The engine calls at most one of Claim, Convert and Release per lock at a
+// time, never while holding its mutex. NextToken may run concurrently with
+// any of them and with itself: the backend makes it safe.
 type Backend interface {
 	// Claim takes the host's claim on id in mode. With wait it blocks until
 	// the claim is granted or ctx ends (returning ctx.Err()); without, it
@@ -23,7 +24,7 @@ type Backend interface {
 
 // Lease is the host's claim on one lock.
 type Lease interface {
-	// Mode is the mode the claim is held in.
+	// Mode is the mode the claim is held in; 0 once lost or released.
 	Mode() Mode
 	// Convert changes the claim's mode. A downgrade never waits. An upgrade
 	// that cannot be granted at once returns ErrWouldBlock without wait;
@@ -36,7 +37,9 @@ type Lease interface {
 	// host or daemon, across restarts.
 	NextToken(ctx context.Context) (uint64, error)
 	// Done returns a channel that is closed when the lease is lost, or nil
-	// if this lease cannot be lost asynchronously.
+	// if this lease cannot be lost asynchronously. (A lease whose Done is nil
+	// may still die synchronously, when Convert returns ErrLeaseLost; Done
+	// then returns a closed channel.)
 	Done() <-chan struct{}
 	// Err says why the lease was lost, once Done is closed; nil before.
 	Err() error

@@ -62,6 +62,7 @@ type memHost struct {
 	tokens  map[LockID]uint64
 	changed chan struct{}
 	claims  int // Claim calls, for tests counting backend traffic
+	noDone  bool // leases return a nil Done channel, as local ones do
 	// parked counts waits asleep on the current changed channel.
 	parked map[*memLease]chan struct{}
 }
@@ -171,7 +172,12 @@ func (l *memLease) NextToken(ctx context.Context) (uint64, error) {
 	return l.host.tokens[l.id], nil
 }
 
-func (l *memLease) Done() <-chan struct{} { return l.done }
+func (l *memLease) Done() <-chan struct{} {
+	if l.host.noDone {
+		return nil
+	}
+	return l.done
+}
 
 func (l *memLease) Err() error {
 	l.host.mu.Lock()

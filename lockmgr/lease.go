@@ -16,11 +16,15 @@ func (e *Engine) watchLocked(ls *lockState, lease Lease) {
 	if done == nil {
 		return
 	}
+	unwatch := make(chan struct{})
+	ls.unwatch = unwatch
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
 		select {
 		case <-done:
+		case <-unwatch:
+			return
 		case <-e.closing:
 			return
 		}
@@ -37,6 +41,14 @@ func (e *Engine) watchLocked(ls *lockState, lease Lease) {
 	}()
 }
 
+// unwatchLocked stops ls's lease watcher, if any.
+func (ls *lockState) unwatchLocked() {
+	if ls.unwatch != nil {
+		close(ls.unwatch)
+		ls.unwatch = nil
+	}
+}
+
 // loseLocked marks every live hold of ls lost and tells OnLoss about each.
 // The holds stay in the table, conflicting with nobody, until their owners
 // release them; lock calls on them fail with ErrLeaseLost.
@@ -49,7 +61,7 @@ func (e *Engine) loseLocked(ls *lockState, lease Lease, cause error) {
 		if h.lost != nil {
 			continue
 		}
-		h.lost = cause
+		ls.change(h, func() { h.lost = cause })
 		lost = append(lost, LostHold{Lock: ls.id, Holder: e.holderLocked(ls, h), Err: cause})
 		e.log.WithError(cause).WithFields(map[string]any{
 			"path": ls.id.String(), "mode": h.explicit.String(), "pid": h.lineage.Self().PID,

@@ -83,28 +83,27 @@ func (e *Engine) grantableLocked(ls *lockState, s step, rc *reqCtx, w *waiter) (
 // holder descends from rc's lineage): no request tells the engine of such
 // an exit, so the waiter must look again from time to time.
 func (e *Engine) grantableWhyLocked(ls *lockState, s step, rc *reqCtx, w *waiter) (blockers []int, ok, mayPass bool) {
-	for _, h := range ls.holds {
-		if h.owner == rc.req.Owner || !Conflicts(h.mode(), s.mode) {
-			continue
-		}
-		if e.exemptLocked(h, s, rc) {
-			continue
-		}
-		blockers = append(blockers, e.holderThreadLocked(h))
-		if !mayPass {
-			for _, q := range h.lineage {
-				if q.PID != 1 && rc.lineage.Contains(q) {
-					mayPass = true
-					break
+	if s.mode == Exclusive || ls.nExclusive > 0 {
+		for _, h := range ls.holds {
+			if h.owner == rc.req.Owner || !Conflicts(h.mode(), s.mode) {
+				continue
+			}
+			if e.exemptLocked(h, s, rc) {
+				continue
+			}
+			blockers = append(blockers, e.holderThreadLocked(h))
+			if !mayPass {
+				for _, q := range h.lineage {
+					if q.PID != 1 && rc.lineage.Contains(q) {
+						mayPass = true
+						break
+					}
 				}
 			}
 		}
-	}
-	if len(blockers) > 0 {
-		return blockers, false, mayPass
-	}
-	if e.privilegedLocked(ls, rc) {
-		return nil, true, false
+		if len(blockers) > 0 {
+			return blockers, false, mayPass
+		}
 	}
 	// FIFO: wait behind every earlier waiter whose mode conflicts with
 	// ours; shared waiters behind shared waiters go together.
@@ -115,6 +114,9 @@ func (e *Engine) grantableWhyLocked(ls *lockState, s step, rc *reqCtx, w *waiter
 		if Conflicts(q.step.mode, s.mode) {
 			blockers = append(blockers, q.rc.req.TID)
 		}
+	}
+	if len(blockers) > 0 && e.privilegedLocked(ls, rc) {
+		return nil, true, false
 	}
 	return blockers, len(blockers) == 0, false
 }

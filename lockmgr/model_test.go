@@ -263,6 +263,19 @@ func (m *modelRun) check(rt *rapid.T) {
 				}
 			}
 		}
+		// The counters match the holds.
+		live, excl := 0, 0
+		for _, h := range ls.holds {
+			if h.mode() != 0 {
+				live++
+			}
+			if h.mode() == Exclusive {
+				excl++
+			}
+		}
+		if live != ls.nLive || excl != ls.nExclusive {
+			rt.Fatalf("%s: counts live=%d exclusive=%d, holds say %d and %d", id, ls.nLive, ls.nExclusive, live, excl)
+		}
 		// The lease covers every live hold.
 		if need := ls.heldModeLocked(); need != 0 && (ls.lease == nil || ls.lease.Mode() < need) {
 			rt.Fatalf("%s: held %s but lease %v", id, need, ls.lease)

@@ -27,7 +27,7 @@ func (e *Engine) Release(ctx context.Context, id LockID, owner Owner) error {
 		return fmt.Errorf("release %s: %w", id, ErrNotHeld)
 	}
 	mode := h.explicit
-	h.explicit = 0
+	ls.change(h, func() { h.explicit = 0 })
 	delete(e.usage, h)
 	if h.implicit == 0 {
 		e.dropHoldLocked(ls, h)
@@ -50,10 +50,10 @@ func (e *Engine) releaseStepLocked(s step, owner Owner) {
 		return
 	}
 	if s.explicit {
-		h.explicit = 0
+		ls.change(h, func() { h.explicit = 0 })
 		delete(e.usage, h)
 	} else if h.implicit > 0 {
-		h.implicit--
+		ls.change(h, func() { h.implicit-- })
 	}
 	if h.explicit == 0 && h.implicit == 0 {
 		e.dropHoldLocked(ls, h)
@@ -86,10 +86,13 @@ func (e *Engine) settleLocked(ls *lockState) {
 			return
 		}
 		ls.busy = true
+		release := need == 0 || lease.Err() != nil
+		if release {
+			ls.unwatchLocked()
+		}
 		e.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		var err error
-		release := need == 0 || lease.Err() != nil
 		if release {
 			err = lease.Release(ctx)
 		} else {

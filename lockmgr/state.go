@@ -17,6 +17,8 @@ type lockState struct {
 	queue []*waiter
 	// lease is the host's claim from the backend; nil if none.
 	lease Lease
+	// unwatch stops the lease's watcher goroutine, if it has one.
+	unwatch chan struct{}
 	// busy: a Claim, Convert or Release of this lock's lease is in flight,
 	// and mu was dropped for it. Nobody else touches the lease meanwhile.
 	busy bool
@@ -25,6 +27,41 @@ type lockState struct {
 	// changed is closed and replaced whenever holds, queue, lease or busy
 	// change, to wake waiters.
 	changed chan struct{}
+	// nLive and nExclusive count the holds whose mode() is not 0, and is
+	// Exclusive, so that the common cases need not scan holds (the root of
+	// a busy tree has one hold per lock below it).
+	// INVARIANT: they match holds; change holds only through change,
+	// insert and remove.
+	nLive, nExclusive int
+}
+
+func (ls *lockState) count(h *hold, d int) {
+	switch h.mode() {
+	case Exclusive:
+		ls.nExclusive += d
+		ls.nLive += d
+	case Shared:
+		ls.nLive += d
+	}
+}
+
+// change applies f to h, keeping the counts right.
+func (ls *lockState) change(h *hold, f func()) {
+	ls.count(h, -1)
+	f()
+	ls.count(h, 1)
+}
+
+// insert adds a new hold.
+func (ls *lockState) insert(h *hold) {
+	ls.holds[h.owner] = h
+	ls.count(h, 1)
+}
+
+// remove drops a hold.
+func (ls *lockState) remove(h *hold) {
+	ls.count(h, -1)
+	delete(ls.holds, h.owner)
 }
 
 // hold is one owner's hold on one lock.
@@ -92,14 +129,13 @@ func (ls *lockState) broadcastLocked() {
 
 // heldModeLocked is the strongest mode any live hold needs.
 func (ls *lockState) heldModeLocked() Mode {
-	var m Mode
-	for _, h := range ls.holds {
-		m = maxMode(m, h.mode())
-		if m == Exclusive {
-			break
-		}
+	switch {
+	case ls.nExclusive > 0:
+		return Exclusive
+	case ls.nLive > 0:
+		return Shared
 	}
-	return m
+	return 0
 }
 
 // removeWaiterLocked drops w from the queue, if present.

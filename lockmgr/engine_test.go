@@ -1,0 +1,195 @@
+package lockmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func newTestEngine(t testing.TB, tree *fakeTree, host *memHost) *Engine {
+	t.Helper()
+	e, err := New(Config{Backend: &memBackend{host: host}, Processes: tree})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// waitGoroutines waits until at most n goroutines run, and fails otherwise.
+func waitGoroutines(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > n {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Fatalf("%d goroutines left, want <= %d:\n%s", runtime.NumGoroutine(), n, buf)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestCloseLeavesNothing: Close wakes every waiter with ErrClosed, releases
+// every lease, and stops every goroutine the engine started (the lease
+// watchers among them).
+func TestCloseLeavesNothing(t *testing.T) {
+	base := runtime.NumGoroutine()
+	tree, host := newFakeTree(), newMemHost()
+	tree.add(100, 1)
+	tree.add(200, 1)
+	e := newTestEngine(t, tree, host)
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		if _, err := e.Acquire(ctx, Request{Lock: LockID{Path: fmt.Sprintf("d%d/x", i), Kind: KindDir}, Mode: Exclusive,
+			Owner: Owner{OwnerFile, 1}, TID: 100, Wait: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(ctx, Request{Lock: LockID{Path: "d0/x", Kind: KindDir}, Mode: Shared,
+			Owner: Owner{OwnerFile, 2}, TID: 200, Wait: true})
+		errc <- err
+	}()
+	for {
+		if len(e.Status(LockID{Path: "d0/x", Kind: KindDir}).Waiters) == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if runtime.NumGoroutine() <= base {
+		t.Fatal("control: the lease watchers and the waiter should be running")
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, ErrClosed) {
+		t.Fatalf("waiter: %v, want ErrClosed", err)
+	}
+	host.mu.Lock()
+	for id, l := range host.locks {
+		if len(l) != 0 {
+			t.Errorf("lease on %s still held after Close", id)
+		}
+	}
+	host.mu.Unlock()
+	if _, err := e.Acquire(ctx, Request{Lock: LockID{Path: "z", Kind: KindDir}, Mode: Shared,
+		Owner: Owner{OwnerFile, 3}, TID: 100}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("acquire after Close: %v, want ErrClosed", err)
+	}
+	waitGoroutines(t, base)
+}
+
+// TestCancelLeavesNoTrace: a wait abandoned at any point leaves no hold,
+// no waiter and no lease behind, including the implicit ancestor holds it
+// had already taken.
+func TestCancelLeavesNoTrace(t *testing.T) {
+	tree, host := newFakeTree(), newMemHost()
+	tree.add(100, 1)
+	tree.add(200, 1)
+	e := newTestEngine(t, tree, host)
+	defer e.Close()
+	ctx := context.Background()
+	if _, err := e.Acquire(ctx, Request{Lock: LockID{Path: "a/b", Kind: KindDir}, Mode: Exclusive,
+		Owner: Owner{OwnerFile, 1}, TID: 100}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ {
+		cctx, cancel := context.WithTimeout(ctx, time.Duration(i%20)*50*time.Microsecond)
+		_, err := e.Acquire(cctx, Request{Lock: LockID{Path: "a/b/c/d", Kind: KindDir}, Mode: Shared,
+			Owner: Owner{OwnerFile, 2}, TID: 200, Wait: true})
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("round %d: %v, want deadline exceeded", i, err)
+		}
+	}
+	for _, st := range e.Snapshot() {
+		for _, h := range st.Holders {
+			if h.Owner.ID == 2 {
+				t.Fatalf("%s: cancelled owner still holds: %+v", st.Lock, h)
+			}
+		}
+		if len(st.Waiters) != 0 {
+			t.Fatalf("%s: waiters left: %+v", st.Lock, st.Waiters)
+		}
+	}
+	if err := e.Release(ctx, LockID{Path: "a/b", Kind: KindDir}, Owner{OwnerFile, 1}); err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	n := len(e.locks)
+	e.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d table entries left", n)
+	}
+}
+
+// TestOnLoss: a lost lease is reported once per hold through OnLoss.
+func TestOnLoss(t *testing.T) {
+	tree, host := newFakeTree(), newMemHost()
+	tree.add(100, 1)
+	var mu sync.Mutex
+	var lost []LostHold
+	e, err := New(Config{Backend: &memBackend{host: host}, Processes: tree, OnLoss: func(l LostHold) {
+		mu.Lock()
+		lost = append(lost, l)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := LockID{Path: "a", Kind: KindDir}
+	if _, err := e.Acquire(context.Background(), Request{Lock: id, Mode: Exclusive, Owner: Owner{OwnerFile, 1}, TID: 100}); err != nil {
+		t.Fatal(err)
+	}
+	leaseOf(e, id).lose(errors.New("gone"))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(lost)
+		mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("OnLoss called %d times, want 1", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if lost[0].Lock != id || lost[0].Holder.Process.PID != 100 || !errors.Is(lost[0].Err, ErrLeaseLost) ||
+		!strings.Contains(lost[0].Err.Error(), "gone") {
+		t.Fatalf("OnLoss got %+v", lost[0])
+	}
+}
+
+// TestQuery: F_GETLK names the conflicting holder, also for an ancestor.
+func TestQuery(t *testing.T) {
+	tree, host := newFakeTree(), newMemHost()
+	tree.add(100, 1)
+	tree.add(101, 100)
+	tree.add(200, 1)
+	e := newTestEngine(t, tree, host)
+	defer e.Close()
+	if _, err := e.Acquire(context.Background(), Request{Lock: LockID{Path: "a", Kind: KindDir}, Mode: Exclusive,
+		Owner: Owner{OwnerPOSIX, 1}, TID: 100}); err != nil {
+		t.Fatal(err)
+	}
+	h, ok := e.Query(Request{Lock: LockID{Path: "a/b", Kind: KindDir}, Mode: Shared, Owner: Owner{OwnerPOSIX, 2}, TID: 200})
+	if !ok || h.Process.PID != 100 || h.Mode != Exclusive {
+		t.Fatalf("query by a stranger: %+v %v, want the holder 100", h, ok)
+	}
+	if h, ok := e.Query(Request{Lock: LockID{Path: "a/b", Kind: KindDir}, Mode: Shared, Owner: Owner{OwnerPOSIX, 3}, TID: 101}); ok {
+		t.Fatalf("query by the holder's child: %+v, want no conflict", h)
+	}
+	if h, ok := e.Query(Request{Lock: LockID{Path: "b", Kind: KindDir}, Mode: Exclusive, Owner: Owner{OwnerPOSIX, 2}, TID: 200}); ok {
+		t.Fatalf("query on another lock: %+v, want no conflict", h)
+	}
+}
