@@ -202,6 +202,16 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 	if h.implicit == 0 {
 		e.dropHoldLocked(ls, h)
 	}
+	if blockers, ok, _ := e.grantableWhyLocked(ls, up, rc, nil); !ok && e.closesCycleLocked(rc.req.TID, blockers) {
+		// Waiting would deadlock even without the shared hold: say so and
+		// keep the hold, rather than lose it for nothing.
+		if ls.holds[h.owner] == nil {
+			ls.insert(h)
+		}
+		ls.change(h, func() { h.explicit = Shared })
+		e.mu.Unlock()
+		return Grant{}, ErrDeadlock
+	}
 	ls.broadcastLocked()
 	if err := e.stepLocked(ctx, up, rc); err != nil {
 		// As in the kernel, a failed conversion leaves no lock at all.

@@ -61,7 +61,7 @@ type memHost struct {
 	locks   map[LockID]map[*memLease]Mode
 	tokens  map[LockID]uint64
 	changed chan struct{}
-	claims  int // Claim calls, for tests counting backend traffic
+	claims  int  // Claim calls, for tests counting backend traffic
 	noDone  bool // leases return a nil Done channel, as local ones do
 	// parked counts waits asleep on the current changed channel.
 	parked map[*memLease]chan struct{}
