@@ -1,0 +1,96 @@
+// Package lockmgr is lockfs's protocol engine: it decides who may hold
+// which directory lock, who waits, and who gets an error. It knows nothing
+// of FUSE or GCS: the fs package translates kernel lock requests into
+// Requests, and a Backend (localbackend, gcsbackend) holds the host's claim
+// on each lock so that other daemons and plain flock(1) users agree.
+//
+// # Locks, kinds and modes
+//
+// Every directory D has three locks, named by LockID{Path, Kind}: the
+// directory lock (KindDir, control file ".lock"), the new-subdirectory lock
+// (KindNewDir, ".lock_newdir") and the usage lock (KindUsage,
+// ".lock_usage", exclusive only). A lock is held Shared or Exclusive; the
+// one conflict rule is Conflicts:
+//
+//	            shared   exclusive
+//	shared      -        conflict
+//	exclusive   conflict conflict
+//
+// # Implicit holds
+//
+// A Request for D is a plan of steps (see plan): a shared hold on the
+// directory lock of every proper ancestor of D, root first, then — for the
+// newdir and usage kinds — D's own directory lock shared, then the lock
+// itself. Each step may wait; taking them root first means contention
+// happens only at the lowest common ancestor. A request that fails or is
+// cancelled midway gives back the steps it took (rollbackLocked). Releasing
+// the lock releases its implicit holds.
+//
+// # Owners and lineage
+//
+// Holds belong to an Owner (an open file description for flock and OFD
+// locks, a process's POSIX owner for fcntl record locks); one owner never
+// conflicts with itself, and a second request by it is a conversion. Each
+// hold also records the Lineage of the process that took it. A request
+// does not wait for a hold whose process is a proper ancestor of the
+// requester, nor for other holds of its own process, except that two
+// explicit holds of one control file taken by one process conflict, as two
+// open file descriptions do in the kernel (see exemptLocked). When the
+// process that took a hold has exited while its descriptor lives on, the
+// hold belongs to the nearest living ancestor; never to init.
+//
+// # Waiting, fairness and deadlock
+//
+// Each lock has a FIFO queue. A waiter is granted when no live hold
+// conflicts with it (exemptions aside) and no earlier waiter's mode
+// conflicts with its own, so shared waiters behind shared waiters go
+// together and an exclusive waiter is never overtaken by later shared
+// requests. A request whose own lineage already holds the lock does not
+// queue (its parent may be the very holder the queue waits for).
+//
+// Threads are the nodes of the wait-for graph: a waiting thread waits for
+// the threads that took the conflicting holds and for the earlier waiters
+// it queues behind. A request whose wait would close a cycle fails at once
+// with ErrDeadlock (closesCycleLocked). Holds of other hosts or of
+// processes outside lockfs are not seen.
+//
+// # Conversion
+//
+// OwnerFile follows flock(2): an upgrade that can be granted at once is
+// atomic; otherwise the shared hold is released and the request waits
+// (and a non-blocking upgrade that fails keeps the shared hold). OwnerPOSIX
+// follows fcntl(2): the upgrade keeps its shared hold while it waits, so
+// two processes upgrading at once get ErrDeadlock.
+//
+// # Usage rule
+//
+// While a process or one of its ancestors holds a usage lock, it may take
+// only locks its lineage already holds (in at least the mode asked for);
+// anything else fails at once with ErrDeadlock.
+//
+// # Backend, leases and fencing
+//
+// For each lock with live holds the engine keeps one Lease from the
+// Backend, in the strongest mode any local hold needs, shared by every
+// local holder; a hand-off between local processes costs no backend call
+// while waiters remain. Each grant asks the lease for a fencing token,
+// strictly increasing per lock. When a lease is lost (Done closes, or
+// Convert returns ErrLeaseLost) or an operator breaks a lock (Break), its
+// holds are marked lost: they conflict with nobody, lock calls on them
+// return ErrLeaseLost, OnLoss is told, and releasing them still succeeds.
+//
+// # Locking
+//
+// Engine.mu guards the whole table. It is never held across a backend
+// call: a step that needs the backend marks the lock busy, drops mu, calls
+// out, and takes mu again; others wait for the lock's changed channel,
+// which is closed and replaced on every change. Waiters therefore never
+// hold mu while they sleep.
+//
+// # Errors
+//
+// Acquire returns ErrWouldBlock, ErrDeadlock, ErrInvalid, ErrLeaseLost,
+// ErrUnavailable, ErrClosed or the context's error, wrapped with the mode
+// and the lock; compare with errors.Is. The fs package maps each to one
+// errno.
+package lockmgr
