@@ -27,6 +27,8 @@ func (e *Engine) Release(ctx context.Context, id LockID, owner Owner) error {
 		return fmt.Errorf("release %s: %w", id, ErrNotHeld)
 	}
 	mode := h.explicit
+	adopted := h.adopted
+	h.adopted = nil
 	ls.change(h, func() { h.explicit = 0 })
 	delete(e.usage, h)
 	if h.implicit == 0 {
@@ -36,7 +38,25 @@ func (e *Engine) Release(ctx context.Context, id LockID, owner Owner) error {
 	steps := plan(id, mode)
 	e.rollbackLocked(steps[:len(steps)-1], owner)
 	e.settleLocked(ls)
+	for _, child := range adopted {
+		e.releaseAdoptedLocked(child, owner)
+	}
 	return nil
+}
+
+// releaseAdoptedLocked releases a new directory's lock that came with a
+// new-dir lock, unless its owner has released it already.
+func (e *Engine) releaseAdoptedLocked(id LockID, owner Owner) {
+	ls := e.locks[id]
+	if ls == nil {
+		return
+	}
+	h := ls.holds[owner]
+	if h == nil || h.explicit == 0 {
+		return
+	}
+	steps := plan(id, h.explicit)
+	e.rollbackLocked(steps, owner)
 }
 
 // releaseStepLocked undoes one implicit step of owner.

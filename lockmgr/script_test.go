@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -27,6 +28,7 @@ import (
 //	cancel OWNER                  interrupt OWNER's waiting acquire
 //	lose path=P [kind=K] [engine=E]   the backend loses the lease
 //	break path=P [kind=K]         an operator breaks the lock
+//	mkdir pid=N path=P            N created directory P (AdoptNewDir)
 //	status path=P [kind=K] [engine=E] -> the holders and waiters
 //
 // After every command the engines are allowed to settle; every pending
@@ -293,6 +295,11 @@ func (env *scriptEnv) run(line string) []string {
 			time.Sleep(100 * time.Microsecond)
 		}
 		out = append(out, "ok")
+	case "mkdir":
+		pid, _ := strconv.Atoi(args["pid"])
+		dir, name := path.Split(args["path"])
+		ok, err := env.engine(args["engine"]).AdoptNewDir(context.Background(), strings.TrimSuffix(dir, "/"), name, pid)
+		out = append(out, fmt.Sprintf("adopted=%v %s", ok, result(err)))
 	case "break":
 		out = append(out, result(env.engine(args["engine"]).Break(context.Background(), env.lockID(args))))
 	case "status":

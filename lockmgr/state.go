@@ -83,6 +83,9 @@ type hold struct {
 	// lost is set when the hold's lease was lost or broken: the hold no
 	// longer protects anything and conflicts with nobody.
 	lost error
+	// adopted lists the new directories whose locks this exclusive
+	// new-dir hold's owner was given (AdoptNewDir); released with it.
+	adopted []LockID
 }
 
 // mode is the hold's effective mode for conflicts.

@@ -1,0 +1,70 @@
+package lockmgr
+
+import (
+	"context"
+	"fmt"
+	"path"
+)
+
+// AdoptNewDir implements the new-dir rule of SPEC §2: "creating a
+// subdirectory under an exclusive new-dir lock gives the creator, in
+// effect, an exclusive lock on the new directory". The FUSE layer calls it
+// after thread tid created the directory name in parent. If tid's process
+// or one of its ancestors holds parent's new-dir lock exclusively, the
+// owner of that lock is granted the new directory's lock exclusively as
+// well, released together with the new-dir lock. It reports whether it
+// granted anything; a new directory that someone else locked first is
+// left alone (ErrWouldBlock).
+func (e *Engine) AdoptNewDir(ctx context.Context, parent, name string, tid int) (bool, error) {
+	parent, err := CleanPath(parent)
+	if err != nil {
+		return false, fmt.Errorf("adopt new dir: %v: %w", err, ErrInvalid)
+	}
+	child := LockID{Path: path.Join(parent, name), Kind: KindDir}
+	if parent == "." {
+		child.Path = name
+	}
+	nd := LockID{Path: parent, Kind: KindNewDir}
+	e.mu.Lock()
+	ls := e.locks[nd]
+	if ls == nil || ls.nExclusive == 0 {
+		e.mu.Unlock()
+		return false, nil
+	}
+	lin, err := e.procs.Lineage(tid)
+	if err != nil {
+		e.mu.Unlock()
+		return false, nil
+	}
+	var owner *hold
+	for _, h := range ls.holds {
+		if h.lost != nil || h.explicit != Exclusive {
+			continue
+		}
+		if p, _ := e.effectiveProcLocked(h); p != (ProcID{}) && lin.Contains(p) {
+			owner = h
+			break
+		}
+	}
+	if owner == nil {
+		e.mu.Unlock()
+		return false, nil
+	}
+	req := Request{Lock: child, Mode: Exclusive, Owner: owner.owner, TID: tid, UID: owner.uid}
+	e.mu.Unlock()
+	if _, err := e.Acquire(ctx, req); err != nil {
+		return false, fmt.Errorf("adopt new dir %s: %w", child, err)
+	}
+	e.mu.Lock()
+	if ls := e.locks[nd]; ls != nil {
+		if h := ls.holds[req.Owner]; h != nil && h.explicit == Exclusive {
+			h.adopted = append(h.adopted, child)
+			e.mu.Unlock()
+			return true, nil
+		}
+	}
+	e.mu.Unlock()
+	// The new-dir lock went away meanwhile: do not keep the child.
+	_ = e.Release(context.WithoutCancel(ctx), child, req.Owner)
+	return false, nil
+}
