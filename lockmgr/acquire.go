@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -59,10 +60,18 @@ func (r *Request) validate() error {
 // every proper ancestor, D's own directory lock for the newdir and usage
 // kinds, then the lock itself.
 func plan(id LockID, mode Mode) []step {
-	anc := Ancestors(id.Path)
-	steps := make([]step, 0, len(anc)+2)
-	for _, a := range anc {
-		steps = append(steps, step{id: LockID{Path: a, Kind: KindDir}, mode: Shared})
+	n := 2 + strings.Count(id.Path, "/")
+	if id.Path != "." {
+		n++
+	}
+	steps := make([]step, 0, n)
+	if id.Path != "." {
+		steps = append(steps, step{id: LockID{Path: ".", Kind: KindDir}, mode: Shared})
+		for i := 0; i < len(id.Path); i++ {
+			if id.Path[i] == '/' {
+				steps = append(steps, step{id: LockID{Path: id.Path[:i], Kind: KindDir}, mode: Shared})
+			}
+		}
 	}
 	if id.Kind != KindDir {
 		steps = append(steps, step{id: LockID{Path: id.Path, Kind: KindDir}, mode: Shared})
@@ -134,9 +143,10 @@ func (e *Engine) issueToken(ctx context.Context, id LockID, owner Owner) (Grant,
 	if lease == nil {
 		return Grant{}, fmt.Errorf("no lease after grant: %w", ErrLeaseLost)
 	}
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	tok, err := lease.NextToken(tctx)
-	cancel()
+	// An interrupt that arrives once the lock is granted must not undo
+	// the grant: the token is fetched without the request's cancellation.
+	// Backends bound their own calls.
+	tok, err := lease.NextToken(context.WithoutCancel(ctx))
 	if err != nil {
 		// The lock is held but cannot be fenced: give it back rather than
 		// hand out a grant without a token.
@@ -299,7 +309,7 @@ const exitRecheck = 100 * time.Millisecond
 // waitChangeLocked drops mu until ls changes, ctx ends or recheck (if not
 // 0) has passed. tid, if not 0, is recorded as parked meanwhile.
 func (e *Engine) waitChangeLocked(ctx context.Context, ls *lockState, tid int, recheck time.Duration) error {
-	ch := ls.changed
+	ch := ls.changedLocked()
 	if tid != 0 {
 		e.parked[tid] = ch
 		defer delete(e.parked, tid)

@@ -26,6 +26,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	for _, depth := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
 			tree, host := newFakeTree(), newMemHost()
+			host.noDone = true // like the local backend: no lease watcher
 			tree.add(100, 1)
 			e := newTestEngine(b, tree, host)
 			defer e.Close()
@@ -51,6 +52,7 @@ func BenchmarkAcquireWithHeld(b *testing.B) {
 	for _, n := range []int{100, 100000} {
 		b.Run(fmt.Sprintf("held=%d", n), func(b *testing.B) {
 			tree, host := newFakeTree(), newMemHost()
+			host.noDone = true
 			tree.add(100, 1)
 			e := newTestEngine(b, tree, host)
 			defer e.Close()

@@ -172,7 +172,7 @@ func (e *Engine) Close() error {
 			}
 		}
 		if busy != nil {
-			ch := busy.changed
+			ch := busy.changedLocked()
 			e.mu.Unlock()
 			<-ch
 			e.mu.Lock()

@@ -112,6 +112,9 @@ func ControlName(k Kind) string {
 // separated, no leading slash, no "." elements, "." for the root. It rejects
 // paths with ".." elements.
 func CleanPath(p string) (string, error) {
+	if isClean(p) {
+		return p, nil
+	}
 	for _, el := range strings.Split(p, "/") {
 		if el == ".." {
 			return "", fmt.Errorf("path %q contains ..", p)
@@ -122,6 +125,28 @@ func CleanPath(p string) (string, error) {
 		c = "."
 	}
 	return c, nil
+}
+
+// isClean reports whether p is already in CleanPath's form, without
+// allocating: "." or slash-separated non-empty elements other than "." and "..".
+func isClean(p string) bool {
+	if p == "." {
+		return true
+	}
+	if p == "" || p[0] == '/' || p[len(p)-1] == '/' {
+		return false
+	}
+	start := 0
+	for i := 0; i <= len(p); i++ {
+		if i == len(p) || p[i] == '/' {
+			el := p[start:i]
+			if el == "" || el == "." || el == ".." {
+				return false
+			}
+			start = i + 1
+		}
+	}
+	return true
 }
 
 // Ancestors returns the proper ancestors of a clean directory path, root

@@ -3,7 +3,6 @@ package lockmgr
 import (
 	"context"
 	"fmt"
-	"time"
 )
 
 // Release ends owner's explicit hold on id and the implicit holds taken with
@@ -111,14 +110,14 @@ func (e *Engine) settleLocked(ls *lockState) {
 			ls.unwatchLocked()
 		}
 		e.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// Backends bound their own calls; a release must not be cut short.
+		ctx := context.Background()
 		var err error
 		if release {
 			err = lease.Release(ctx)
 		} else {
 			err = lease.Convert(ctx, need, false)
 		}
-		cancel()
 		e.mu.Lock()
 		ls.busy = false
 		if release {

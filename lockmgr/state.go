@@ -24,8 +24,8 @@ type lockState struct {
 	busy bool
 	// busyWaits: the in-flight backend call may wait for a long time.
 	busyWaits bool
-	// changed is closed and replaced whenever holds, queue, lease or busy
-	// change, to wake waiters.
+	// changed is closed whenever holds, queue, lease or busy change, to
+	// wake waiters; nil while nobody sleeps on it (see changedLocked).
 	changed chan struct{}
 	// nLive and nExclusive count the holds whose mode() is not 0, and is
 	// Exclusive, so that the common cases need not scan holds (the root of
@@ -121,13 +121,23 @@ type reqCtx struct {
 }
 
 func newLockState(id LockID) *lockState {
-	return &lockState{id: id, holds: make(map[Owner]*hold), changed: make(chan struct{})}
+	return &lockState{id: id, holds: make(map[Owner]*hold, 1)}
 }
 
 // broadcastLocked wakes everyone waiting for a change of ls.
 func (ls *lockState) broadcastLocked() {
-	close(ls.changed)
-	ls.changed = make(chan struct{})
+	if ls.changed != nil {
+		close(ls.changed)
+		ls.changed = nil
+	}
+}
+
+// changedLocked returns the channel that the next change of ls closes.
+func (ls *lockState) changedLocked() chan struct{} {
+	if ls.changed == nil {
+		ls.changed = make(chan struct{})
+	}
+	return ls.changed
 }
 
 // heldModeLocked is the strongest mode any live hold needs.
