@@ -88,7 +88,14 @@ func (e *Engine) Acquire(ctx context.Context, req Request) (Grant, error) {
 	if err := req.validate(); err != nil {
 		return Grant{}, fmt.Errorf("acquire %s %s: %w", req.Mode, req.Lock, err)
 	}
+	var start time.Time
+	if e.obs != nil {
+		start = time.Now()
+	}
 	g, err := e.acquire(ctx, req)
+	if e.obs != nil {
+		e.obs.Requested(req.Lock, req.Mode, outcomeOf(err), time.Since(start))
+	}
 	if err != nil {
 		return Grant{}, fmt.Errorf("acquire %s %s: %w", req.Mode, req.Lock, err)
 	}

@@ -30,6 +30,8 @@ type Config struct {
 	OnLoss func(LostHold)
 	// Now is the clock for "since" times. Default: time.Now.
 	Now func() time.Time
+	// Observer, if set, is told about every request and lost hold.
+	Observer Observer
 }
 
 // Validate checks the required fields.
@@ -64,6 +66,7 @@ type Engine struct {
 	log     logrus.FieldLogger
 	onLoss  func(LostHold)
 	now     func() time.Time
+	obs     Observer
 
 	// Constant data
 	host string
@@ -103,6 +106,7 @@ func New(cfg Config) (*Engine, error) {
 		log:     cfg.Logger,
 		onLoss:  cfg.OnLoss,
 		now:     cfg.Now,
+		obs:     cfg.Observer,
 		host:    cfg.Host,
 		locks:   make(map[LockID]*lockState),
 		waiting: make(map[int]*waiter),

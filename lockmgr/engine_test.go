@@ -193,3 +193,70 @@ func TestQuery(t *testing.T) {
 		t.Fatalf("query on another lock: %+v, want no conflict", h)
 	}
 }
+
+type countingObserver struct {
+	mu       sync.Mutex
+	outcomes map[Outcome]int
+	lost     int
+}
+
+func (o *countingObserver) Requested(id LockID, mode Mode, outcome Outcome, took time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.outcomes[outcome]++
+}
+
+func (o *countingObserver) Lost(id LockID, broken bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.lost++
+}
+
+// TestObserver: every request is reported with its outcome.
+func TestObserver(t *testing.T) {
+	tree, host := newFakeTree(), newMemHost()
+	tree.add(100, 1)
+	tree.add(200, 1)
+	obs := &countingObserver{outcomes: map[Outcome]int{}}
+	e, err := New(Config{Backend: &memBackend{host: host}, Processes: tree, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	a := LockID{Path: "a", Kind: KindDir}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = e.Acquire(ctx, Request{Lock: a, Mode: Exclusive, Owner: Owner{OwnerFile, 1}, TID: 100})
+	must(err)
+	_, err = e.Acquire(ctx, Request{Lock: a, Mode: Shared, Owner: Owner{OwnerFile, 2}, TID: 200})
+	if !errors.Is(err, ErrWouldBlock) {
+		t.Fatal(err)
+	}
+	_, err = e.Acquire(ctx, Request{Lock: a, Mode: Shared, Owner: Owner{OwnerFile, 3}, TID: 100, Wait: true})
+	if !errors.Is(err, ErrDeadlock) {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	_, err = e.Acquire(cctx, Request{Lock: a, Mode: Shared, Owner: Owner{OwnerFile, 2}, TID: 200, Wait: true})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal(err)
+	}
+	must(e.Break(ctx, a))
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	want := map[Outcome]int{Granted: 1, Conflict: 1, Deadlock: 1, Interrupted: 1}
+	for o, n := range want {
+		if obs.outcomes[o] != n {
+			t.Errorf("%s: %d, want %d (all: %v)", o, obs.outcomes[o], n, obs.outcomes)
+		}
+	}
+	if obs.lost != 1 {
+		t.Errorf("lost: %d, want 1", obs.lost)
+	}
+}

@@ -69,6 +69,12 @@ func (e *Engine) loseLocked(ls *lockState, lease Lease, cause error) {
 		}).Error("lock lost")
 	}
 	ls.broadcastLocked()
+	if e.obs != nil {
+		broken := errors.Is(cause, ErrBroken)
+		for range lost {
+			e.obs.Lost(ls.id, broken)
+		}
+	}
 	if e.onLoss != nil && len(lost) > 0 {
 		// OnLoss runs without engine locks: hand it off.
 		e.wg.Add(1)

@@ -1,0 +1,65 @@
+package lockmgr
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Outcome is how a request ended, for an Observer.
+type Outcome uint8
+
+const (
+	// Granted: the lock was granted (after Wait, if it waited).
+	Granted Outcome = iota + 1
+	// Conflict: a non-blocking request found the lock held (ErrWouldBlock).
+	Conflict
+	// Deadlock: the request was refused with ErrDeadlock.
+	Deadlock
+	// Interrupted: a blocking wait ended because its context ended.
+	Interrupted
+	// Failed: any other error (ErrInvalid, ErrLeaseLost, ErrUnavailable, ErrClosed).
+	Failed
+)
+
+// String names the outcome as metrics label it.
+func (o Outcome) String() string {
+	switch o {
+	case Granted:
+		return "granted"
+	case Conflict:
+		return "conflict"
+	case Deadlock:
+		return "deadlock"
+	case Interrupted:
+		return "interrupted"
+	case Failed:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// Observer is told about every request and every lost hold, for metrics.
+// Its methods are called without engine locks held and must be fast.
+type Observer interface {
+	// Requested reports a finished Acquire: its lock, mode, outcome, and
+	// how long it took (the wait, for blocking requests).
+	Requested(id LockID, mode Mode, outcome Outcome, took time.Duration)
+	// Lost reports a hold marked lost; broken says an operator broke it.
+	Lost(id LockID, broken bool)
+}
+
+// outcomeOf classifies an Acquire error.
+func outcomeOf(err error) Outcome {
+	switch {
+	case err == nil:
+		return Granted
+	case errors.Is(err, ErrWouldBlock):
+		return Conflict
+	case errors.Is(err, ErrDeadlock):
+		return Deadlock
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return Interrupted
+	}
+	return Failed
+}
