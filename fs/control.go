@@ -1,0 +1,340 @@
+package fs
+
+import (
+	"context"
+	"hash/fnv"
+	"io"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"bazil.org/fuse"
+	fusefs "bazil.org/fuse/fs"
+	"github.com/sirupsen/logrus"
+
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// Control files.
+//
+// Every directory shows .lock, .lock_newdir and .lock_usage (SPEC §1). They
+// exist only in this process: a control file is an empty regular file,
+// mode 0666, owned by its directory's owner. Opening one takes no lock;
+// O_CREAT, O_TRUNC and touch succeed and change nothing. Reading returns
+// the lock's status (status.go); writing keeps a short note from that open
+// file description, in memory, shown beside its holder (at most
+// maxNoteSize bytes, EFBIG beyond). flock(2) and fcntl(2) locks on a
+// control file are the directory locks of the engine (lock.go); permission
+// to take them is checked against the directory, not the file.
+//
+// # Locking
+//
+// LOCK ORDERING: controlState.mu, then controlNode.mu, then
+// controlHandle.mu. None is held across an engine call or a call into the
+// passthrough nodes.
+
+// maxNoteSize bounds the note one open file description may write.
+const maxNoteSize = 1024
+
+// controlState is the control-file half of an FS: the node cache, the
+// interrupt tracker and the source of flock owner ids.
+type controlState struct {
+	// Dependencies
+	engine *lockmgr.Engine
+	log    logrus.FieldLogger
+
+	// Constant data
+	interrupts *interruptTracker
+
+	// nextOwner numbers the open file descriptions of control files; each
+	// is one flock owner. Handle IDs cannot serve: bazil reuses them.
+	nextOwner atomic.Uint64
+
+	// Mutable state
+	mu sync.Mutex
+	// nodes holds one node per control file, so that Lookup returns the
+	// same Node each time. A node leaves when the kernel forgets it and no
+	// handle of it is open. GUARDED_BY(mu)
+	nodes map[nodeKey]*controlNode
+}
+
+// nodeKey names a control file: its directory, as the directory's path
+// relative to the mount root when it was looked up, and its kind.
+type nodeKey struct {
+	dir  string
+	kind lockmgr.Kind
+}
+
+// controlStates holds each FS's controlState. The FS struct belongs to the
+// passthrough half of the package; keeping the control state beside it lets
+// the two halves change independently. Serve drops the entry on return.
+var controlStates sync.Map // *FS -> *controlState
+
+// control returns f's control state, creating it on first use.
+func (f *FS) control() *controlState {
+	if c, ok := controlStates.Load(f); ok {
+		return c.(*controlState)
+	}
+	log := f.log
+	if log == nil {
+		l := logrus.New()
+		l.Out = io.Discard
+		log = l
+	}
+	c, _ := controlStates.LoadOrStore(f, &controlState{
+		engine:     f.cfg.Engine,
+		log:        log,
+		interrupts: newInterruptTracker(nil),
+		nodes:      make(map[nodeKey]*controlNode),
+	})
+	return c.(*controlState)
+}
+
+// dropControlState forgets f's control state.
+func dropControlState(f *FS) { controlStates.Delete(f) }
+
+// controlNode returns the node of the control file of kind in directory d.
+// Lookup calls it for the reserved names.
+func (f *FS) controlNode(d *Dir, kind lockmgr.Kind) fusefs.Node {
+	return f.control().node(d, kind)
+}
+
+func (c *controlState) node(d *Dir, kind lockmgr.Kind) *controlNode {
+	key := nodeKey{dir: cleanDirPath(d.relPath()), kind: kind}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.nodes[key]; n != nil {
+		return n
+	}
+	n := &controlNode{
+		c:      c,
+		dir:    d,
+		kind:   kind,
+		key:    key,
+		inode:  controlInode(key),
+		owners: make(map[lockmgr.Owner]ownerRecord),
+	}
+	c.nodes[key] = n
+	return n
+}
+
+// cleanDirPath returns a directory path in the engine's form ("." for the
+// root). The passthrough's paths never contain "..".
+func cleanDirPath(p string) string {
+	if c, err := lockmgr.CleanPath(p); err == nil {
+		return c
+	}
+	return p
+}
+
+// controlInode derives a stable inode number from the directory path and
+// the kind. Numbers 0 and 1 are avoided (1 is the root).
+func controlInode(key nodeKey) uint64 {
+	h := fnv.New64a()
+	_, _ = io.WriteString(h, key.dir)
+	_, _ = h.Write([]byte{0, byte(key.kind)})
+	ino := h.Sum64()
+	if ino < 2 {
+		ino += 2
+	}
+	return ino
+}
+
+// controlNode is one control file.
+type controlNode struct {
+	// Dependencies
+	c   *controlState
+	dir *Dir
+
+	// Constant data
+	kind  lockmgr.Kind
+	key   nodeKey
+	inode uint64
+
+	// Mutable state
+	mu sync.Mutex
+	// open counts the handles of this node not yet released. GUARDED_BY(mu)
+	open int
+	// owners maps every owner that asked for this lock through one of the
+	// node's handles, and has not released it through us since, to that
+	// handle and the lock it asked for. It is a superset of the owners
+	// that hold the lock: a Flush, Unlock or Release looks here to know
+	// what to give back, and status looks here for notes. GUARDED_BY(mu)
+	owners map[lockmgr.Owner]ownerRecord
+}
+
+// ownerRecord is where an owner's lock request came from.
+type ownerRecord struct {
+	h  *controlHandle
+	id lockmgr.LockID
+}
+
+var (
+	_ fusefs.Node          = (*controlNode)(nil)
+	_ fusefs.NodeOpener    = (*controlNode)(nil)
+	_ fusefs.NodeSetattrer = (*controlNode)(nil)
+	_ fusefs.NodeFsyncer   = (*controlNode)(nil)
+	_ fusefs.NodeForgetter = (*controlNode)(nil)
+)
+
+// lockID is the lock this control file takes now. It is computed from the
+// directory node at each request, so that it follows a renamed directory.
+func (n *controlNode) lockID() lockmgr.LockID {
+	return lockmgr.LockID{Path: cleanDirPath(n.dir.relPath()), Kind: n.kind}
+}
+
+// Attr describes an empty regular file, mode 0666, owned by the directory's
+// owner.
+func (n *controlNode) Attr(ctx context.Context, a *fuse.Attr) error {
+	var da fuse.Attr
+	if err := n.dir.Attr(ctx, &da); err != nil {
+		return err
+	}
+	*a = fuse.Attr{
+		Inode: n.inode,
+		Size:  0,
+		Nlink: 1,
+		Mode:  0o666,
+		Uid:   da.Uid,
+		Gid:   da.Gid,
+		Atime: da.Mtime,
+		Mtime: da.Mtime,
+		Ctime: da.Ctime,
+	}
+	return nil
+}
+
+// Setattr accepts what touch and open(O_TRUNC) send and changes nothing;
+// it refuses chmod, chown and a truncate to any size but 0 with EPERM
+// (SPEC §3).
+//
+// The kernel sends open(O_TRUNC) as a size change to 0 (bazil does not ask
+// for atomic O_TRUNC), with the same fields as truncate(path, 0): the two
+// cannot be told apart. Truncating to 0 is accepted as what it is on an
+// empty file, a no-op.
+func (n *controlNode) Setattr(ctx context.Context, req *fuse.SetattrRequest, resp *fuse.SetattrResponse) error {
+	v := req.Valid
+	if v.Mode() || v.Uid() || v.Gid() || (v.Size() && req.Size != 0) {
+		return syscall.EPERM
+	}
+	return nil
+}
+
+// Fsync succeeds: nothing of a control file is stored.
+func (n *controlNode) Fsync(ctx context.Context, req *fuse.FsyncRequest) error {
+	return nil
+}
+
+// Open returns a new open file description, whatever the flags. Reads and
+// writes bypass the page cache, so that the size 0 of the attributes does
+// not hide the status text.
+func (n *controlNode) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenResponse) (fusefs.Handle, error) {
+	h := &controlHandle{
+		n:     n,
+		owner: lockmgr.Owner{Class: lockmgr.OwnerFile, ID: n.c.nextOwner.Add(1)},
+	}
+	n.mu.Lock()
+	n.open++
+	n.mu.Unlock()
+	resp.Flags |= fuse.OpenDirectIO
+	return h, nil
+}
+
+// Forget drops the node from the cache once the kernel has forgotten it,
+// unless a handle is still open.
+func (n *controlNode) Forget() {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	n.mu.Lock()
+	busy := n.open > 0 || len(n.owners) > 0
+	n.mu.Unlock()
+	if !busy && n.c.nodes[n.key] == n {
+		delete(n.c.nodes, n.key)
+	}
+}
+
+// controlHandle is one open file description of a control file.
+type controlHandle struct {
+	// Dependencies
+	n *controlNode
+
+	// Constant data
+
+	// owner is the flock owner of this open file description.
+	owner lockmgr.Owner
+
+	// Mutable state
+	mu sync.Mutex
+	// note is what was written through this handle. GUARDED_BY(mu)
+	note []byte
+	// status is the text generated by the last read at offset 0; reads at
+	// later offsets continue it, so that one read loop sees one snapshot.
+	// GUARDED_BY(mu)
+	status []byte
+}
+
+var (
+	_ fusefs.HandleReader   = (*controlHandle)(nil)
+	_ fusefs.HandleWriter   = (*controlHandle)(nil)
+	_ fusefs.HandleFlusher  = (*controlHandle)(nil)
+	_ fusefs.HandleReleaser = (*controlHandle)(nil)
+	_ fusefs.HandlePoller   = (*controlHandle)(nil)
+)
+
+// Poll answers ENOSYS, which makes the kernel stop sending poll requests on
+// this connection: a control file is always ready, like a regular file.
+// bazil's default ("ready") keeps the kernel asking at every epoll_wait,
+// and the Go runtime registers every opened file with epoll: a Go program
+// that serves the mount and opens files on it (the tests do) then blocks
+// its own netpoller in a FUSE request that it can no longer read, and
+// deadlocks.
+func (h *controlHandle) Poll(ctx context.Context, req *fuse.PollRequest, resp *fuse.PollResponse) error {
+	return syscall.ENOSYS
+}
+
+// Read returns the lock's status. A read at offset 0 takes a new snapshot.
+func (h *controlHandle) Read(ctx context.Context, req *fuse.ReadRequest, resp *fuse.ReadResponse) error {
+	h.mu.Lock()
+	text := h.status
+	h.mu.Unlock()
+	if req.Offset == 0 || text == nil {
+		text = h.n.statusText(h, req.Header.Uid)
+		h.mu.Lock()
+		h.status = text
+		h.mu.Unlock()
+	}
+	if req.Offset >= int64(len(text)) {
+		resp.Data = nil
+		return nil
+	}
+	end := req.Offset + int64(req.Size)
+	if end > int64(len(text)) {
+		end = int64(len(text))
+	}
+	resp.Data = append([]byte(nil), text[req.Offset:end]...)
+	return nil
+}
+
+// Write keeps data as (part of) this handle's note, at the offset the
+// kernel gives, as a file would. The note may not grow beyond maxNoteSize.
+func (h *controlHandle) Write(ctx context.Context, req *fuse.WriteRequest, resp *fuse.WriteResponse) error {
+	if req.Offset < 0 || req.Offset+int64(len(req.Data)) > maxNoteSize {
+		return syscall.EFBIG
+	}
+	end := int(req.Offset) + len(req.Data)
+	h.mu.Lock()
+	if end > len(h.note) {
+		h.note = append(h.note, make([]byte, end-len(h.note))...)
+	}
+	copy(h.note[req.Offset:], req.Data)
+	h.mu.Unlock()
+	resp.Size = len(req.Data)
+	return nil
+}
+
+// noteText returns the handle's note.
+func (h *controlHandle) noteText() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return string(h.note)
+}

@@ -1,0 +1,396 @@
+package fs
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"bazil.org/fuse"
+	fusefs "bazil.org/fuse/fs"
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// Lock requests on control files.
+//
+// # Owners
+//
+// flock(2) requests (LockFlags has LockFlock) belong to the open file
+// description: the owner is Owner{OwnerFile, id} with the handle's own id,
+// drawn from a counter at Open (bazil reuses handle IDs, and a flock
+// LockOwner is a recyclable kernel pointer). Requests without LockFlock are
+// POSIX record locks or OFD locks, which FUSE does not tell apart: both
+// become Owner{OwnerPOSIX, LockOwner}. A POSIX owner is the process's file
+// table, an OFD owner the open file description.
+//
+// # Release
+//
+// The kernel never sends Unlock when a descriptor goes away; we release as
+// it would:
+//
+//   - Flush (every close(2) of any descriptor of the file) releases the
+//     closing process's POSIX owner, whichever handle of the node it locked
+//     through: POSIX locks die at any close.
+//   - Release (the last close of an open file description) releases the
+//     handle's flock owner and every other owner that last locked through
+//     this handle: that is where OFD locks die (their owner never appears
+//     in a Flush). A POSIX owner is normally gone by then already.
+//
+// Flush and Release use context.WithoutCancel: a dying process gets an
+// interrupt for each of its requests, its Flush included, and its locks
+// must go all the same. They never wait for other processes.
+//
+// Known window: Release is asynchronous. If an OFD owner's address is
+// reused by a new open file description that locks the same control file
+// through another handle while the old handle's Release is in flight, the
+// Release can drop the new lock. It needs a freed and reused kernel
+// pointer within one round trip; we accept it.
+//
+// # Errors
+//
+// lockErrno maps every error of a lock call to its errno (SPEC §3), and
+// refuse logs each refused or failed request once.
+
+var (
+	_ fusefs.HandleLocker      = (*controlHandle)(nil)
+	_ fusefs.HandleFlockLocker = (*controlHandle)(nil)
+	_ fusefs.HandlePOSIXLocker = (*controlHandle)(nil)
+)
+
+// errPermission reports that the requester may not take the lock in the
+// mode it asked for (EACCES).
+var errPermission = errors.New("permission denied on the directory")
+
+// lockCall describes one lock request, for the engine and for the log.
+type lockCall struct {
+	op    string
+	id    lockmgr.LockID
+	mode  lockmgr.Mode
+	owner lockmgr.Owner
+	tid   int    // the requesting thread (Header.Pid)
+	pid   int    // the requesting process, when the kernel says (Lock.PID)
+	uid   uint32 // Header.Uid (the fsuid)
+	gid   uint32 // Header.Gid (the fsgid)
+}
+
+func (h *controlHandle) newCall(op string, hdr *fuse.Header, lk fuse.FileLock, flags fuse.LockFlags, owner fuse.LockOwner) lockCall {
+	return lockCall{
+		op:    op,
+		id:    h.n.lockID(),
+		owner: h.lockOwner(flags, owner),
+		tid:   int(hdr.Pid),
+		pid:   int(lk.PID),
+		uid:   hdr.Uid,
+		gid:   hdr.Gid,
+	}
+}
+
+// lockOwner maps a request's lock family and kernel owner to the engine's
+// owner (see # Owners).
+func (h *controlHandle) lockOwner(flags fuse.LockFlags, owner fuse.LockOwner) lockmgr.Owner {
+	if flags&fuse.LockFlock != 0 {
+		return h.owner
+	}
+	return posixOwner(owner)
+}
+
+func posixOwner(owner fuse.LockOwner) lockmgr.Owner {
+	return lockmgr.Owner{Class: lockmgr.OwnerPOSIX, ID: uint64(owner)}
+}
+
+// lockMode maps a lock type to a mode.
+func lockMode(t fuse.LockType) (lockmgr.Mode, error) {
+	switch t {
+	case fuse.LockRead:
+		return lockmgr.Shared, nil
+	case fuse.LockWrite:
+		return lockmgr.Exclusive, nil
+	}
+	return 0, fmt.Errorf("lock type %d: %w", t, lockmgr.ErrInvalid)
+}
+
+// Lock takes the lock without waiting (LOCK_NB, F_SETLK).
+func (h *controlHandle) Lock(ctx context.Context, req *fuse.LockRequest) error {
+	return h.lock(ctx, req, false)
+}
+
+// LockWait takes the lock, waiting until it is granted or the request is
+// interrupted (LOCK_EX, F_SETLKW).
+func (h *controlHandle) LockWait(ctx context.Context, req *fuse.LockWaitRequest) error {
+	return h.lock(ctx, (*fuse.LockRequest)(req), true)
+}
+
+func (h *controlHandle) lock(ctx context.Context, req *fuse.LockRequest, wait bool) error {
+	op := "lock"
+	if wait {
+		op = "lockwait"
+	}
+	call := h.newCall(op, &req.Header, req.Lock, req.LockFlags, req.LockOwner)
+	if req.Lock.Type == fuse.LockUnlock {
+		return h.unlock(ctx, call)
+	}
+	c := h.n.c
+	mode, err := lockMode(req.Lock.Type)
+	call.mode = mode
+	if err != nil {
+		return c.refuse(call, err)
+	}
+	if err := h.n.permit(ctx, call); err != nil {
+		return c.refuse(call, err)
+	}
+	// Remember the owner before asking: a Flush racing with the grant
+	// then still finds it.
+	h.n.remember(call.owner, h, call.id)
+	_, err = c.engine.Acquire(ctx, lockmgr.Request{
+		Lock:  call.id,
+		Mode:  mode,
+		Owner: call.owner,
+		TID:   call.tid,
+		UID:   call.uid,
+		Wait:  wait,
+	})
+	if err != nil {
+		return c.refuse(call, err)
+	}
+	return nil
+}
+
+// Unlock releases the lock (LOCK_UN, F_UNLCK). Any byte range means the
+// whole lock.
+func (h *controlHandle) Unlock(ctx context.Context, req *fuse.UnlockRequest) error {
+	return h.unlock(ctx, h.newCall("unlock", &req.Header, req.Lock, req.LockFlags, req.LockOwner))
+}
+
+func (h *controlHandle) unlock(ctx context.Context, call lockCall) error {
+	id, ok := h.n.forget(call.owner)
+	if !ok {
+		id = call.id
+	}
+	if err := h.n.c.release(ctx, id, call.owner); err != nil {
+		call.id = id
+		return h.n.c.refuse(call, err)
+	}
+	return nil
+}
+
+// QueryLock answers F_GETLK: the holder that would block a request of this
+// owner in this mode, if any, as a whole-file lock.
+func (h *controlHandle) QueryLock(ctx context.Context, req *fuse.QueryLockRequest, resp *fuse.QueryLockResponse) error {
+	call := h.newCall("querylock", &req.Header, req.Lock, req.LockFlags, req.LockOwner)
+	c := h.n.c
+	mode, err := lockMode(req.Lock.Type)
+	call.mode = mode
+	if err == nil && call.id.Kind == lockmgr.KindUsage && mode != lockmgr.Exclusive {
+		err = fmt.Errorf("usage lock is exclusive only: %w", lockmgr.ErrInvalid)
+	}
+	if err != nil {
+		return c.refuse(call, err)
+	}
+	holder, ok := c.engine.Query(lockmgr.Request{
+		Lock: call.id, Mode: mode, Owner: call.owner, TID: call.tid, UID: call.uid,
+	})
+	if !ok {
+		return nil // resp is prefilled with F_UNLCK
+	}
+	typ := fuse.LockRead
+	if holder.Mode == lockmgr.Exclusive {
+		typ = fuse.LockWrite
+	}
+	pid := int32(holder.Process.PID)
+	if pid == 0 {
+		pid = -1 // unknown, as for OFD locks
+	}
+	resp.Lock = fuse.FileLock{Start: 0, End: math.MaxInt64, Type: typ, PID: pid}
+	return nil
+}
+
+// Flush releases the closing process's POSIX locks on this control file.
+func (h *controlHandle) Flush(ctx context.Context, req *fuse.FlushRequest) error {
+	owner := posixOwner(req.LockOwner)
+	id, ok := h.n.forget(owner)
+	if !ok {
+		return nil
+	}
+	if err := h.n.c.release(ctx, id, owner); err != nil {
+		return h.n.c.refuse(lockCall{op: "flush", id: id, owner: owner, tid: int(req.Pid), uid: req.Uid}, err)
+	}
+	return nil
+}
+
+// Release ends the open file description: it releases the flock owner and
+// every owner that last locked through this handle (OFD locks).
+func (h *controlHandle) Release(ctx context.Context, req *fuse.ReleaseRequest) error {
+	n := h.n
+	var done []ownerRecord
+	var owners []lockmgr.Owner
+	n.mu.Lock()
+	n.open--
+	for o, rec := range n.owners {
+		if rec.h == h {
+			done = append(done, rec)
+			owners = append(owners, o)
+			delete(n.owners, o)
+		}
+	}
+	n.mu.Unlock()
+	var errs []error
+	for i, rec := range done {
+		if err := n.c.release(ctx, rec.id, owners[i]); err != nil {
+			errs = append(errs, n.c.refuse(lockCall{op: "release", id: rec.id, owner: owners[i], uid: req.Uid}, err))
+		}
+	}
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// release gives back owner's lock id. It cannot be interrupted, never waits
+// for other processes, and treats "not held" as done, as the kernel does.
+func (c *controlState) release(ctx context.Context, id lockmgr.LockID, owner lockmgr.Owner) error {
+	err := c.engine.Release(context.WithoutCancel(ctx), id, owner)
+	if err != nil && !errors.Is(err, lockmgr.ErrNotHeld) {
+		return err
+	}
+	return nil
+}
+
+// remember records that owner asks for lock id through handle h.
+func (n *controlNode) remember(owner lockmgr.Owner, h *controlHandle, id lockmgr.LockID) {
+	n.mu.Lock()
+	n.owners[owner] = ownerRecord{h: h, id: id}
+	n.mu.Unlock()
+}
+
+// forget removes owner's record and returns the lock it asked for.
+func (n *controlNode) forget(owner lockmgr.Owner) (lockmgr.LockID, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	rec, ok := n.owners[owner]
+	if ok {
+		delete(n.owners, owner)
+	}
+	return rec.id, ok
+}
+
+// permit checks the requester's permission on the directory (SPEC §3): a
+// shared lock needs read permission, an exclusive one (and so every usage
+// lock) write permission. Root may take any lock.
+func (n *controlNode) permit(ctx context.Context, call lockCall) error {
+	if call.uid == 0 {
+		return nil
+	}
+	need := uint32(4) // r
+	if call.mode == lockmgr.Exclusive || n.kind == lockmgr.KindUsage {
+		need = 2 // w
+	}
+	var a fuse.Attr
+	if err := n.dir.Attr(ctx, &a); err != nil {
+		return fmt.Errorf("directory attributes: %w", err)
+	}
+	perm := uint32(a.Mode.Perm())
+	var bits uint32
+	switch {
+	case call.uid == a.Uid:
+		bits = perm >> 6
+	case call.gid == a.Gid || inGroups(call.tid, a.Gid):
+		bits = perm >> 3
+	default:
+		bits = perm
+	}
+	if bits&need == 0 {
+		return fmt.Errorf("%s lock needs %s permission on %q: %w",
+			call.mode, map[uint32]string{4: "read", 2: "write"}[need], call.id.Path, errPermission)
+	}
+	return nil
+}
+
+// inGroups reports whether gid is among the supplementary groups of thread
+// tid, as /proc/TID/status lists them. A thread that is gone has none.
+func inGroups(tid int, gid uint32) bool {
+	f, err := os.Open("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "Groups:")
+		if !ok {
+			continue
+		}
+		for _, g := range strings.Fields(rest) {
+			if v, err := strconv.ParseUint(g, 10, 32); err == nil && uint32(v) == gid {
+				return true
+			}
+		}
+		return false
+	}
+	return false
+}
+
+// lockErrno maps an error of a lock call to the errno the caller sees
+// (SPEC §3). It is the one place that does.
+func lockErrno(err error) syscall.Errno {
+	var en fuse.ErrorNumber
+	switch {
+	case errors.Is(err, lockmgr.ErrWouldBlock):
+		return syscall.EAGAIN
+	case errors.Is(err, lockmgr.ErrDeadlock):
+		return syscall.EDEADLK
+	case errors.Is(err, lockmgr.ErrInvalid):
+		return syscall.EINVAL
+	case errors.Is(err, lockmgr.ErrLeaseLost):
+		return syscall.EIO
+	case errors.Is(err, lockmgr.ErrUnavailable), errors.Is(err, lockmgr.ErrClosed):
+		return syscall.ENOLCK
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return syscall.EINTR
+	case errors.Is(err, errPermission):
+		return syscall.EACCES
+	case errors.As(err, &en):
+		return syscall.Errno(en.Errno())
+	}
+	return syscall.EIO
+}
+
+// refuse logs a refused or failed lock call once, at the level its errno
+// deserves, and returns the errno for bazil to answer with. Conflicts under
+// LOCK_NB and interrupted waits are routine (flock -n, flock -w): debug.
+func (c *controlState) refuse(call lockCall, err error) error {
+	errno := lockErrno(err)
+	pid := call.pid
+	if pid == 0 {
+		pid = call.tid
+	}
+	e := c.log.WithError(err).WithFields(logrus.Fields{
+		"op":    call.op,
+		"path":  call.id.String(),
+		"kind":  call.id.Kind.String(),
+		"mode":  call.mode.String(),
+		"owner": call.owner.String(),
+		"pid":   pid,
+		"tid":   call.tid,
+		"uid":   call.uid,
+		"errno": unix.ErrnoName(errno),
+	})
+	switch errno {
+	case syscall.EAGAIN, syscall.EINTR:
+		e.Debug("lock request refused")
+	case syscall.EIO:
+		e.Error("lock request failed")
+	case syscall.ENOLCK:
+		e.Warn("lock request failed")
+	default:
+		e.Info("lock request refused")
+	}
+	return errno
+}

@@ -1,0 +1,131 @@
+package fs
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// Status text (SPEC §6).
+//
+// Reading a control file returns the state of its lock as it is at the read
+// (a read at offset 0 takes a new snapshot; later offsets continue it).
+// Every line is a keyword followed by values separated by single spaces;
+// values in key=value form may come in any order and new keys may be added,
+// so parsers should ignore keys they do not know. Lines, in this order:
+//
+//	you holder token=17               only when read through a descriptor that holds
+//	                                  the lock explicitly: the reader's own token
+//	lock a/b/.lock                    the control file, relative to the mount root
+//	kind dir                          dir, newdir or usage
+//	mode exclusive                    the strongest mode held: none, shared or exclusive
+//	holder host=h1 pid=1234 uid=0 mode=exclusive since=2026-11-29T18:00:00Z token=17 explicit you note="deploying v1.2"
+//	holder mode=shared implicit=2 hidden
+//	implicit 3                        holds taken on behalf of locks below
+//	waiters 2                         queued requests
+//	lease local-exclusive             the backend's claim; "none" if there is none
+//
+// One holder line per owner, explicit holders first, then by age. Its
+// fields: host, pid (the process the hold belongs to now), uid, mode
+// (shared for an owner that holds the lock only on behalf of locks below),
+// since (UTC, RFC 3339), token (the fencing token of the grant), the word
+// explicit if the owner asked for this very lock, implicit=N for the holds
+// taken on behalf of locks below, the word you if the reader holds through
+// this descriptor, lost="reason" once the hold's lease was lost, and
+// note="..." (what was written to the control file through the descriptor
+// that took the lock, Go-quoted, one trailing newline dropped).
+//
+// Identities (host, pid, uid, since, token, note) are shown only to root
+// and to the holder's own uid; others see the mode, explicit, implicit=N,
+// lost and the word hidden.
+
+// statusText renders the status of n's lock for a reader with uid, reading
+// through handle reader.
+func (n *controlNode) statusText(reader *controlHandle, uid uint32) []byte {
+	id := n.lockID()
+	st := n.c.engine.Status(id)
+
+	n.mu.Lock()
+	records := make(map[lockmgr.Owner]*controlHandle, len(n.owners))
+	for o, rec := range n.owners {
+		if rec.id == id {
+			records[o] = rec.h
+		}
+	}
+	n.mu.Unlock()
+
+	var b bytes.Buffer
+	for _, h := range st.Holders {
+		if h.Explicit && records[h.Owner] == reader {
+			fmt.Fprintf(&b, "you holder token=%d", h.Token)
+			if h.Lost != nil {
+				b.WriteString(" lost")
+			}
+			b.WriteByte('\n')
+			break
+		}
+	}
+	fmt.Fprintf(&b, "lock %s\n", id)
+	fmt.Fprintf(&b, "kind %s\n", id.Kind)
+	fmt.Fprintf(&b, "mode %s\n", st.Mode)
+	for _, h := range st.Holders {
+		note := ""
+		if hd := records[h.Owner]; h.Explicit && hd != nil {
+			note = hd.noteText()
+		}
+		b.WriteString(holderLine(h, uid == 0 || uid == h.UID, h.Explicit && records[h.Owner] == reader, note))
+		b.WriteByte('\n')
+	}
+	fmt.Fprintf(&b, "implicit %d\n", st.Implicit)
+	fmt.Fprintf(&b, "waiters %d\n", len(st.Waiters))
+	lease := st.Lease
+	if lease == "" {
+		lease = "none"
+	}
+	fmt.Fprintf(&b, "lease %s\n", strings.ReplaceAll(lease, "\n", " "))
+	return b.Bytes()
+}
+
+// holderLine renders one holder; visible says whether the reader may see
+// its identity, you whether the reader holds through this descriptor.
+func holderLine(h lockmgr.Holder, visible, you bool, note string) string {
+	mode := h.Mode
+	if !h.Explicit {
+		mode = lockmgr.Shared
+	}
+	f := []string{"holder"}
+	if visible {
+		f = append(f,
+			"host="+h.Host,
+			"pid="+strconv.Itoa(h.Process.PID),
+			"uid="+strconv.FormatUint(uint64(h.UID), 10),
+			"mode="+mode.String(),
+			"since="+h.Since.UTC().Format(time.RFC3339),
+			"token="+strconv.FormatUint(h.Token, 10),
+		)
+	} else {
+		f = append(f, "mode="+mode.String())
+	}
+	if h.Explicit {
+		f = append(f, "explicit")
+	}
+	if h.Implicit > 0 {
+		f = append(f, "implicit="+strconv.Itoa(h.Implicit))
+	}
+	if you {
+		f = append(f, "you")
+	}
+	if h.Lost != nil {
+		f = append(f, "lost="+strconv.Quote(h.Lost.Error()))
+	}
+	if !visible {
+		f = append(f, "hidden")
+	} else if note != "" {
+		f = append(f, "note="+strconv.Quote(strings.TrimSuffix(note, "\n")))
+	}
+	return strings.Join(f, " ")
+}
