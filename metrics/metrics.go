@@ -1,0 +1,130 @@
+// Package metrics exposes lockfs's Prometheus metrics: lock waits, grants,
+// conflicts, interrupted waits, deadlocks refused, locks held, lease
+// losses and breaks, and, through collector functions that other packages
+// register, backend request counts and FUSE operation latency.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// Metrics holds one mount's metrics in its own registry.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	wait     *prometheus.HistogramVec
+	requests *prometheus.CounterVec
+	lost     *prometheus.CounterVec
+	fuseOps  *prometheus.HistogramVec
+}
+
+// Compile-time check: Metrics observes the engine.
+var _ lockmgr.Observer = (*Metrics)(nil)
+
+// New makes the metrics. held, if not nil, is asked at every scrape for the
+// locks currently held (by kind and mode).
+func New(held func() []lockmgr.LockStatus) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "lockfs_lock_wait_seconds",
+		Help:    "Time from a lock request to its answer, by lock kind, mode and outcome.",
+		Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300},
+	}, []string{"kind", "mode", "outcome"})
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockfs_lock_requests_total",
+		Help: "Lock requests by kind, mode and outcome (granted, conflict, deadlock, interrupted, failed).",
+	}, []string{"kind", "mode", "outcome"})
+	m.lost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockfs_holds_lost_total",
+		Help: "Holds marked lost, by kind and cause (lease = the backend lost the lease, break = an operator broke the lock).",
+	}, []string{"kind", "cause"})
+	m.fuseOps = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "lockfs_fuse_op_seconds",
+		Help:    "Time to answer a FUSE request, by operation.",
+		Buckets: []float64{.00001, .00005, .0001, .0005, .001, .005, .01, .05, .1, .5, 1},
+	}, []string{"op"})
+	m.reg.MustRegister(m.wait, m.requests, m.lost, m.fuseOps,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if held != nil {
+		m.reg.MustRegister(&heldCollector{snapshot: held, desc: prometheus.NewDesc("lockfs_locks_held",
+			"Locks currently held on this host, by kind and mode (explicit holds only), and waiters.",
+			[]string{"kind", "mode"}, nil), waiters: prometheus.NewDesc("lockfs_lock_waiters",
+			"Requests currently waiting, by kind.", []string{"kind"}, nil)})
+	}
+	return m
+}
+
+// Registry is where other packages register their collectors (backend
+// request counts, for example).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Requested implements lockmgr.Observer.
+func (m *Metrics) Requested(id lockmgr.LockID, mode lockmgr.Mode, outcome lockmgr.Outcome, took time.Duration) {
+	labels := prometheus.Labels{"kind": id.Kind.String(), "mode": mode.String(), "outcome": outcome.String()}
+	m.requests.With(labels).Inc()
+	m.wait.With(labels).Observe(took.Seconds())
+}
+
+// Lost implements lockmgr.Observer.
+func (m *Metrics) Lost(id lockmgr.LockID, broken bool) {
+	cause := "lease"
+	if broken {
+		cause = "break"
+	}
+	m.lost.WithLabelValues(id.Kind.String(), cause).Inc()
+}
+
+// FUSEOp records how long one FUSE operation took.
+func (m *Metrics) FUSEOp(op string, took time.Duration) {
+	m.fuseOps.WithLabelValues(op).Observe(took.Seconds())
+}
+
+// heldCollector reads the engine's table at scrape time.
+type heldCollector struct {
+	snapshot func() []lockmgr.LockStatus
+	desc     *prometheus.Desc
+	waiters  *prometheus.Desc
+}
+
+func (c *heldCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.desc
+	ch <- c.waiters
+}
+
+func (c *heldCollector) Collect(ch chan<- prometheus.Metric) {
+	type key struct{ kind, mode string }
+	held := map[key]int{}
+	waiting := map[string]int{}
+	for _, k := range []lockmgr.Kind{lockmgr.KindDir, lockmgr.KindNewDir, lockmgr.KindUsage} {
+		for _, md := range []lockmgr.Mode{lockmgr.Shared, lockmgr.Exclusive} {
+			held[key{k.String(), md.String()}] = 0
+		}
+		waiting[k.String()] = 0
+	}
+	for _, st := range c.snapshot() {
+		for _, h := range st.Holders {
+			if h.Explicit && h.Lost == nil {
+				held[key{st.Lock.Kind.String(), h.Mode.String()}]++
+			}
+		}
+		waiting[st.Lock.Kind.String()] += len(st.Waiters)
+	}
+	for k, n := range held {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k.kind, k.mode)
+	}
+	for k, n := range waiting {
+		ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(n), k)
+	}
+}
