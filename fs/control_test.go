@@ -1,0 +1,574 @@
+package fs
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"bazil.org/fuse"
+	fusefs "bazil.org/fuse/fs"
+	"github.com/sirupsen/logrus"
+
+	"github.com/lockfs/lockfs/localbackend"
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// The control-file tests mount a real lockfs in process (a real engine over
+// the local backend) and drive it with real processes: flock(1), and a
+// small Python program (ctlPy) that makes the exact calls a test needs and
+// reports each errno.
+
+// ctlRequireFUSE skips the test when FUSE cannot be used here, and fails it
+// instead in CI, where it must work.
+func ctlRequireFUSE(t *testing.T) {
+	t.Helper()
+	err := func() error {
+		f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		_, err = exec.LookPath("fusermount3")
+		return err
+	}()
+	if err == nil {
+		_, err = exec.LookPath("flock")
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("FUSE is unavailable: %v", err)
+		}
+		t.Skipf("FUSE is unavailable: %v", err)
+	}
+}
+
+// ctlMount is a mounted lockfs for one test.
+type ctlMount struct {
+	t   *testing.T
+	src string // SOURCE
+	dir string // mount point
+	eng *lockmgr.Engine
+}
+
+// testLogWriter sends log lines to the test log.
+type testLogWriter struct{ t *testing.T }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// newCtlMount mounts a fresh SOURCE, with allow_other so that tests can
+// run processes as nobody. Everything is undone in t.Cleanup: unmount
+// (lazily if busy), engine closed, Serve returned.
+func newCtlMount(t *testing.T) *ctlMount {
+	t.Helper()
+	return newCtlMountConfig(t, nil)
+}
+
+// newCtlMountConfig is newCtlMount with the bazil server configuration
+// that config returns; nil means ServerConfig.
+func newCtlMountConfig(t *testing.T, config func(*FS) *fusefs.Config) *ctlMount {
+	t.Helper()
+	ctlRequireFUSE(t)
+	src, dir := t.TempDir(), t.TempDir()
+	// Let the processes run as nobody reach both.
+	for _, d := range []string{src, filepath.Dir(src)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log := logrus.New()
+	log.Out = testLogWriter{t}
+	log.Level = logrus.InfoLevel
+	if os.Getenv("LOCKFS_TEST_DEBUG") != "" {
+		log.Level = logrus.DebugLevel
+	}
+	be, err := localbackend.New(localbackend.Config{Source: src, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs, err := lockmgr.NewProcTree(lockmgr.ProcTreeConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := lockmgr.New(lockmgr.Config{Backend: be, Processes: procs, Logger: log, Host: "testhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys, err := New(Config{Source: src, Engine: eng, Logger: log, Host: "testhost"})
+	if err != nil {
+		eng.Close()
+		t.Fatal(err)
+	}
+	conn, err := fuse.Mount(dir, fuse.FSName("lockfs-test"), fuse.Subtype("lockfs"),
+		fuse.LockingFlock(), fuse.LockingPOSIX(), fuse.DefaultPermissions(), fuse.AllowOther())
+	if err != nil {
+		eng.Close()
+		t.Fatalf("mount: %v", err)
+	}
+	served := make(chan error, 1)
+	if config == nil {
+		go func() { served <- Serve(conn, fsys) }()
+	} else {
+		go func() { served <- fusefs.New(conn, config(fsys)).Serve(fsys) }()
+	}
+	t.Cleanup(func() {
+		if err := fuse.Unmount(dir); err != nil {
+			t.Logf("unmount %s: %v; lazy unmount", dir, err)
+			if out, err := exec.Command("fusermount3", "-uz", dir).CombinedOutput(); err != nil {
+				t.Errorf("fusermount3 -uz %s: %v: %s", dir, err, out)
+			}
+		}
+		// Lock waits still in flight end when the engine closes.
+		if err := eng.Close(); err != nil {
+			t.Errorf("engine close: %v", err)
+		}
+		select {
+		case err := <-served:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("Serve did not return after unmount")
+		}
+		conn.Close()
+		dropControlState(fsys)
+		if err := fsys.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	m := &ctlMount{t: t, src: src, dir: dir, eng: eng}
+	// Open one control file from this goroutine alone before anything else:
+	// the kernel asks to poll it, hears ENOSYS and never polls on this mount
+	// again. Otherwise goroutines of this process opening files on the mount
+	// at once could each hold a P while waiting for a poll answer that the
+	// server, in this same process, then has no P to produce.
+	m.status(".lock")
+	return m
+}
+
+// mkdir creates directories in SOURCE, mode 0755.
+func (m *ctlMount) mkdir(rels ...string) {
+	m.t.Helper()
+	for _, rel := range rels {
+		if err := os.MkdirAll(filepath.Join(m.src, rel), 0o755); err != nil {
+			m.t.Fatal(err)
+		}
+	}
+}
+
+// path returns the path of rel in the mount.
+func (m *ctlMount) path(rel string) string { return filepath.Join(m.dir, rel) }
+
+// status reads a control file as root.
+func (m *ctlMount) status(rel string) string {
+	m.t.Helper()
+	b, err := os.ReadFile(m.path(rel))
+	if err != nil {
+		m.t.Fatalf("read %s: %v", rel, err)
+	}
+	return string(b)
+}
+
+// runExit runs a command to completion (killing it after timeout) and
+// returns its exit status (-1 if killed) and combined output.
+func runExit(t *testing.T, timeout time.Duration, name string, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, string(out)
+	case ctx.Err() != nil:
+		return -1, string(out)
+	case errors.As(err, &ee):
+		return ee.ExitCode(), string(out)
+	}
+	t.Fatalf("%s %v: %v", name, args, err)
+	return 0, ""
+}
+
+// startLine starts a command in a process group of its own and waits until
+// it prints the line want on stdout. The group is SIGKILLed in t.Cleanup.
+func startLine(t *testing.T, want string, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == want {
+				close(seen)
+				break
+			}
+		}
+		io.Copy(io.Discard, out)
+		cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+	})
+	select {
+	case <-seen:
+	case <-exited:
+		t.Fatalf("%s %v exited before printing %q", name, args, want)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s %v did not print %q", name, args, want)
+	}
+	return cmd
+}
+
+// ctlPyScript serves one command per stdin line and answers one line each:
+// "ok", "err ERRNO", or the command's result.
+const ctlPyScript = `
+import os, sys, fcntl, struct, json, errno
+fds = {}
+FL = {'ex': fcntl.LOCK_EX, 'sh': fcntl.LOCK_SH, 'un': fcntl.LOCK_UN}
+TY = {'ex': fcntl.F_WRLCK, 'sh': fcntl.F_RDLCK, 'un': fcntl.F_UNLCK}
+TYN = {v: k for k, v in TY.items()}
+F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW = 36, 37, 38
+def flk(typ):
+    return struct.pack('hhqqi4x', typ, 0, 0, 0, 0)
+print('ready %d' % os.getpid(), flush=True)
+for line in sys.stdin:
+    a = line.split()
+    nb = 'nb' in a[3:]
+    try:
+        op = a[0]
+        r = 'ok'
+        if op == 'open':
+            fds[a[1]] = os.open(a[2], os.O_RDWR | os.O_CREAT)
+        elif op == 'flock':
+            fcntl.flock(fds[a[1]], FL[a[2]] | (fcntl.LOCK_NB if nb else 0))
+        elif op == 'lockf':
+            fcntl.lockf(fds[a[1]], FL[a[2]] | (fcntl.LOCK_NB if nb else 0))
+        elif op == 'ofd':
+            fcntl.fcntl(fds[a[1]], F_OFD_SETLK if nb else F_OFD_SETLKW, flk(TY[a[2]]))
+        elif op in ('getlk', 'ofdgetlk'):
+            res = fcntl.fcntl(fds[a[1]], fcntl.F_GETLK if op == 'getlk' else F_OFD_GETLK, flk(TY[a[2]]))
+            t, _, s, l, pid = struct.unpack('hhqqi4x', res)
+            r = 'lk %s %d' % (TYN[t], pid)
+        elif op == 'write':
+            n = os.write(fds[a[1]], json.loads(' '.join(a[2:])).encode())
+            r = 'wrote %d' % n
+        elif op == 'read':
+            r = 'read ' + json.dumps(os.pread(fds[a[1]], 65536, 0).decode())
+        elif op == 'close':
+            os.close(fds.pop(a[1]))
+        elif op == 'exit':
+            sys.exit(0)
+        else:
+            r = 'bad command'
+    except OSError as e:
+        r = 'err ' + ('EDEADLK' if e.errno == errno.EDEADLK else errno.errorcode.get(e.errno, str(e.errno)))
+    print(r, flush=True)
+`
+
+// ctlPy is a running ctlPyScript.
+type ctlPy struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	pid   int
+	in    io.WriteCloser
+	lines chan string
+}
+
+// python returns the system Python, which every user can run.
+func python(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{"/usr/bin/python3", "/usr/local/bin/python3"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	p, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	return p
+}
+
+// startPy starts the helper, as root (uid 0) or as another uid and gid.
+func startPy(t *testing.T, uid, gid uint32) *ctlPy {
+	t.Helper()
+	cmd := exec.Command(python(t), "-c", ctlPyScript)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if uid != 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uid, Gid: gid}
+	}
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &ctlPy{t: t, cmd: cmd, in: in, lines: make(chan string, 16)}
+	exited := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+		cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+	})
+	ready := p.reply(10 * time.Second)
+	if _, err := fmt.Sscanf(ready, "ready %d", &p.pid); err != nil {
+		t.Fatalf("python helper: %q", ready)
+	}
+	return p
+}
+
+// send sends a command without waiting for its answer.
+func (p *ctlPy) send(format string, args ...any) {
+	p.t.Helper()
+	if _, err := fmt.Fprintf(p.in, format+"\n", args...); err != nil {
+		p.t.Fatalf("python helper: %v", err)
+	}
+}
+
+// reply waits for the next answer; "" if none came within timeout.
+func (p *ctlPy) reply(timeout time.Duration) string {
+	select {
+	case l := <-p.lines:
+		return l
+	case <-time.After(timeout):
+		return ""
+	}
+}
+
+// do sends a command and returns its answer.
+func (p *ctlPy) do(format string, args ...any) string {
+	p.t.Helper()
+	p.send(format, args...)
+	r := p.reply(10 * time.Second)
+	if r == "" {
+		p.t.Fatalf("python helper: no answer to %q", fmt.Sprintf(format, args...))
+	}
+	return r
+}
+
+// must runs a command that must answer want.
+func (p *ctlPy) must(want, format string, args ...any) {
+	p.t.Helper()
+	if got := p.do(format, args...); got != want {
+		p.t.Fatalf("%s: got %q, want %q", fmt.Sprintf(format, args...), got, want)
+	}
+}
+
+// kill SIGKILLs the helper and waits for it to be gone.
+func (p *ctlPy) kill() {
+	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	for range p.lines {
+	}
+}
+
+// eventually polls cond until it holds or 10 s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestControlFilesAppearEverywhere(t *testing.T) {
+	m := newCtlMount(t)
+	m.mkdir("a/b")
+	for _, d := range []string{"", "a", "a/b"} {
+		ents, err := os.ReadDir(m.path(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]bool{}
+		for _, e := range ents {
+			names[e.Name()] = true
+		}
+		for _, n := range []string{".lock", ".lock_newdir", ".lock_usage"} {
+			if !names[n] {
+				t.Errorf("%q lists no %s: %v", d, n, names)
+			}
+			fi, err := os.Stat(m.path(filepath.Join(d, n)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o666 || fi.Size() != 0 {
+				t.Errorf("%s/%s: mode %v size %d, want a regular empty 0666 file", d, n, fi.Mode(), fi.Size())
+			}
+		}
+	}
+	// The owner is the directory's owner; the inode is stable and differs
+	// per kind and directory.
+	if err := os.Chown(filepath.Join(m.src, "a"), 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the owner of a/.lock to follow a's", func() bool {
+		fi, err := os.Stat(m.path("a/.lock"))
+		return err == nil && fi.Sys().(*syscall.Stat_t).Uid == 65534
+	})
+	ino := func(rel string) uint64 {
+		fi, err := os.Stat(m.path(rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	if ino("a/.lock") != ino("a/.lock") || ino("a/.lock") == ino("a/.lock_usage") || ino("a/.lock") == ino("a/b/.lock") {
+		t.Errorf("inodes: a/.lock %d, a/.lock_usage %d, a/b/.lock %d", ino("a/.lock"), ino("a/.lock_usage"), ino("a/b/.lock"))
+	}
+}
+
+func TestControlFileStatusRead(t *testing.T) {
+	m := newCtlMount(t)
+	m.mkdir("a/b")
+	got := m.status("a/b/.lock_newdir")
+	want := "lock a/b/.lock_newdir\nkind newdir\nmode none\nimplicit 0\nwaiters 0\nlease none\n"
+	if got != want {
+		t.Errorf("status of a free lock:\n%s\nwant:\n%s", got, want)
+	}
+	// cat reads through the page-cache bypass despite size 0.
+	code, out := runExit(t, 10*time.Second, "cat", m.path(".lock"))
+	if code != 0 || !strings.HasPrefix(out, "lock .lock\nkind dir\n") {
+		t.Errorf("cat .lock: exit %d, %q", code, out)
+	}
+
+	holder := startPy(t, 0, 0)
+	holder.must("ok", "open f %s", m.path("a/b/.lock"))
+	holder.must("ok", "flock f ex")
+	holder.must("wrote 14", `write f "deploying v1.2"`)
+
+	st := m.status("a/b/.lock")
+	wantHolder := fmt.Sprintf("holder host=testhost pid=%d uid=0 mode=exclusive ", holder.pid)
+	if !strings.Contains(st, "\nmode exclusive\n") || !strings.Contains(st, wantHolder) ||
+		!strings.Contains(st, ` explicit note="deploying v1.2"`) {
+		t.Errorf("status while held:\n%s", st)
+	}
+	if strings.Contains(st, "you holder") {
+		t.Errorf("a reader through another descriptor is told it holds the lock:\n%s", st)
+	}
+	// Ancestors are held implicitly.
+	if st := m.status("a/.lock"); !strings.Contains(st, "\nmode shared\n") || !strings.Contains(st, "\nimplicit 1\n") {
+		t.Errorf("status of the parent:\n%s", st)
+	}
+
+	// Through the holding descriptor, the reader's token comes first.
+	r := holder.do("read f")
+	if !strings.HasPrefix(r, `read "you holder token=`) || !strings.Contains(r, " explicit you note=") {
+		t.Errorf("status through the holder's descriptor: %s", r)
+	}
+
+	// Identities are hidden from other users, and shown to the holder's uid.
+	other := startPy(t, 65534, 65534)
+	other.must("ok", "open f %s", m.path("a/b/.lock"))
+	r = other.do("read f")
+	if !strings.Contains(r, `holder mode=exclusive explicit hidden\n`) || strings.Contains(r, "deploying") || strings.Contains(r, "pid=") {
+		t.Errorf("status as another user: %s", r)
+	}
+}
+
+func TestControlFileNote(t *testing.T) {
+	m := newCtlMount(t)
+	m.mkdir("a", "b")
+	// The shell idiom: a descriptor on the lock file, flock on it, then
+	// the pid written to it. exec 9> opens with O_TRUNC.
+	sh := startLine(t, "ready", "bash", "-c",
+		fmt.Sprintf(`exec 9>%s && flock -x 9 && echo $$ >&9 && echo x >&9 && echo ready && exec sleep 60`, m.path("a/.lock")))
+	st := m.status("a/.lock")
+	if want := fmt.Sprintf(`note="%d\nx"`, sh.Process.Pid); !strings.Contains(st, want) {
+		t.Errorf("status lacks %s:\n%s", want, st)
+	}
+	// Control: another directory's status has no holder and no note.
+	if st := m.status("b/.lock"); strings.Contains(st, "note=") || strings.Contains(st, "holder") {
+		t.Errorf("b/.lock shows a holder:\n%s", st)
+	}
+
+	// 1 KiB is the limit, per open file description.
+	p := startPy(t, 0, 0)
+	p.must("ok", "open f %s", m.path("b/.lock"))
+	p.must("wrote 1024", `write f "%s"`, strings.Repeat("y", 1024))
+	p.must("err EFBIG", `write f "z"`)
+	p.must("ok", "open g %s", m.path("b/.lock"))
+	p.must("err EFBIG", `write g "%s"`, strings.Repeat("y", 1025))
+	p.must("wrote 10", `write g "%s"`, strings.Repeat("y", 10))
+}
+
+func TestControlFileMetadataRefused(t *testing.T) {
+	m := newCtlMount(t)
+	m.mkdir("a")
+	f := m.path("a/.lock")
+	// Accepted and without effect: touch, O_TRUNC, O_CREAT.
+	for _, c := range [][]string{{"touch", f}, {"bash", "-c", ": > " + f}, {"flock", "-n", f, "true"}} {
+		if code, out := runExit(t, 10*time.Second, c[0], c[1:]...); code != 0 {
+			t.Errorf("%v: exit %d: %s", c, code, out)
+		}
+	}
+	if err := os.Chmod(f, 0o600); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("chmod: %v, want EPERM", err)
+	}
+	if err := os.Chown(f, 65534, 65534); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("chown: %v, want EPERM", err)
+	}
+	// truncate(f, 0) is indistinguishable from O_TRUNC: accepted, a no-op.
+	if err := os.Truncate(f, 0); err != nil {
+		t.Errorf("truncate to 0: %v", err)
+	}
+	if err := os.Truncate(f, 10); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("truncate to 10: %v, want EPERM", err)
+	}
+	if err := os.Remove(f); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("unlink: %v, want EPERM", err)
+	}
+	if err := os.Mkdir(m.path("a/.lock_usage"), 0o755); !errors.Is(err, syscall.EEXIST) {
+		t.Errorf("mkdir .lock_usage: %v, want EEXIST", err)
+	}
+	fi, err := os.Stat(f)
+	if err != nil || fi.Mode().Perm() != 0o666 || fi.Size() != 0 {
+		t.Errorf("after the refused changes: %v %v", fi.Mode(), err)
+	}
+	// Control: mkdir of an unreserved name works.
+	if err := os.Mkdir(m.path("a/sub"), 0o755); err != nil {
+		t.Errorf("mkdir a/sub: %v", err)
+	}
+}
