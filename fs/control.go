@@ -184,13 +184,14 @@ func (n *controlNode) lockID() lockmgr.LockID {
 }
 
 // Attr describes an empty regular file, mode 0666, owned by the directory's
-// owner.
+// owner. Derived from the directory's attributes, it may be cached as long.
 func (n *controlNode) Attr(ctx context.Context, a *fuse.Attr) error {
 	var da fuse.Attr
 	if err := n.dir.Attr(ctx, &da); err != nil {
 		return err
 	}
 	*a = fuse.Attr{
+		Valid: dirAttrValid,
 		Inode: n.inode,
 		Size:  0,
 		Nlink: 1,

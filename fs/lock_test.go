@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/lockmgr"
 )
 
 // flockHold starts `flock ARGS F -c 'echo locked; exec sleep 60'` and
@@ -311,4 +314,26 @@ func TestLockErrors(t *testing.T) {
 	nobody.must("err EACCES", "flock u ex nb")
 	nobody.must("ok", "open o %s", m.path("open/.lock"))
 	nobody.must("ok", "flock o ex nb")
+}
+
+func TestLeaseLostGivesEIO(t *testing.T) {
+	m := newCtlMount(t)
+	m.mkdir("a")
+	p := startPy(t, 0, 0)
+	p.must("ok", "open f %s", m.path("a/.lock"))
+	p.must("ok", "flock f ex")
+	p.must("ok", "flock f ex") // control: a lock call on a live hold succeeds
+	if err := m.eng.Break(context.Background(), lockmgr.LockID{Path: "a", Kind: lockmgr.KindDir}); err != nil {
+		t.Fatal(err)
+	}
+	r := p.do("read f")
+	if !strings.HasPrefix(r, `read "you holder token=`) || !strings.Contains(r, ` lost\n`) || !strings.Contains(r, ` lost=\"`) {
+		t.Errorf("status of a broken lock through its holder: %s", r)
+	}
+	p.must("err EIO", "flock f ex")
+	p.must("ok", "flock f un") // unlocking still succeeds
+	// The lock is free again.
+	if !flockNB(t, "-x", m.path("a/.lock")) {
+		t.Error("a/.lock still refused after the broken hold was unlocked")
+	}
 }
