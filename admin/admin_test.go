@@ -1,0 +1,160 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/localbackend"
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+func newServer(t *testing.T) (*lockmgr.Engine, string, chan lockmgr.LostHold) {
+	t.Helper()
+	src := t.TempDir()
+	for _, d := range []string{"a/b", "c"} {
+		if err := os.MkdirAll(filepath.Join(src, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := localbackend.New(localbackend.Config{Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs, err := lockmgr.NewProcTree(lockmgr.ProcTreeConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := make(chan lockmgr.LostHold, 16)
+	e, err := lockmgr.New(lockmgr.Config{Backend: b, Processes: procs, Host: "h1",
+		OnLoss: func(l lockmgr.LostHold) { lost <- l }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer(Config{Engine: e, Mountpoint: "/mnt/x", Backend: "local",
+		Notes: func(o lockmgr.Owner) string { return "note-" + o.String() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "x.sock")
+	if err := s.Listen(sock); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		e.Close()
+	})
+	return e, sock, lost
+}
+
+func TestStatusAndBreak(t *testing.T) {
+	e, sock, lost := newServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tid := unix.Gettid()
+	owner := lockmgr.Owner{Class: lockmgr.OwnerFile, ID: 7}
+	if _, err := e.Acquire(ctx, lockmgr.Request{Lock: lockmgr.LockID{Path: "a/b", Kind: lockmgr.KindDir},
+		Mode: lockmgr.Exclusive, Owner: owner, TID: tid, UID: 0}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Call(ctx, sock, Request{Op: "status", Path: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Locks) != 2 { // a (implicit) and a/b; not the root
+		t.Fatalf("status under a: %+v", r.Locks)
+	}
+	ab := r.Locks[1]
+	if ab.Path != "a/b" || ab.Mode != "exclusive" || len(ab.Holders) != 1 {
+		t.Fatalf("a/b: %+v", ab)
+	}
+	h := ab.Holders[0]
+	if h.PID != os.Getpid() || h.Token == 0 || !h.Explicit || h.Note != "note-"+owner.String() || h.Host != "h1" {
+		t.Fatalf("holder: %+v", h)
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, r, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "a/b") || !strings.Contains(buf.String(), "implicit(1)") {
+		t.Fatalf("table:\n%s", buf.String())
+	}
+	if _, err := json.Marshal(r); err != nil {
+		t.Fatal(err)
+	}
+
+	// Break: the holder is treated as on lease loss.
+	if _, err := Call(ctx, sock, Request{Op: "break", Path: "a/b", Kind: "dir"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-lost:
+		if !errors.Is(l.Err, lockmgr.ErrBroken) || l.Holder.Process.PID != os.Getpid() {
+			t.Fatalf("OnLoss after break: %+v", l)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("OnLoss was not called after break")
+	}
+	if _, err := e.Acquire(ctx, lockmgr.Request{Lock: lockmgr.LockID{Path: "a/b", Kind: lockmgr.KindDir},
+		Mode: lockmgr.Shared, Owner: owner, TID: tid}); !errors.Is(err, lockmgr.ErrLeaseLost) {
+		t.Fatalf("lock call on a broken lock: %v, want ErrLeaseLost", err)
+	}
+	// Another owner gets the lock at once.
+	if _, err := e.Acquire(ctx, lockmgr.Request{Lock: lockmgr.LockID{Path: "a/b", Kind: lockmgr.KindDir},
+		Mode: lockmgr.Exclusive, Owner: lockmgr.Owner{Class: lockmgr.OwnerFile, ID: 8}, TID: tid}); err != nil {
+		t.Fatalf("after break: %v", err)
+	}
+	if _, err := Call(ctx, sock, Request{Op: "break", Path: "nothing"}); err == nil {
+		t.Fatal("break of an unheld lock succeeded")
+	}
+}
+
+// TestNonRoot: a user who is neither root nor the daemon's owner is turned
+// away even when the socket's mode would let them connect; the control is
+// root, which gets in.
+func TestNonRoot(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a client as another user")
+	}
+	_, sock, _ := newServer(t)
+	if err := os.Chmod(sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{filepath.Dir(sock), filepath.Dir(filepath.Dir(sock))} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	py := `import socket,sys,json
+s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(json.dumps({"op":sys.argv[2],"path":"a"}).encode()+b"\n")
+print(s.makefile().readline())`
+	run := func(asNobody bool, op string) string {
+		args := []string{"/usr/bin/python3", "-c", py, sock, op}
+		if asNobody {
+			args = append([]string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"}, args...)
+		}
+		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := run(true, "status"); !strings.Contains(out, "permission denied") {
+		t.Fatalf("nobody's status: %s", out)
+	}
+	if out := run(true, "break"); !strings.Contains(out, "permission denied") {
+		t.Fatalf("nobody's break: %s", out)
+	}
+	if out := run(false, "status"); strings.Contains(out, "permission denied") {
+		t.Fatalf("control: root was refused: %s", out)
+	}
+}

@@ -1,0 +1,87 @@
+package admin
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteTable prints a status reply for people, one row per holder and per
+// waiter, in aligned columns like lslocks(8).
+func WriteTable(w io.Writer, r Reply, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PATH\tKIND\tROLE\tMODE\tHOST\tPID\tUID\tCOMMAND\tAGE\tTOKEN\tLEASE\tNOTE")
+	for _, l := range r.Locks {
+		path := l.Path
+		if path == "." {
+			path = "/"
+		}
+		lease := l.Lease
+		if lease == "" {
+			lease = "-"
+		}
+		for _, h := range l.Holders {
+			role := "held"
+			if !h.Explicit {
+				role = fmt.Sprintf("implicit(%d)", h.Implicit)
+			} else if h.Implicit > 0 {
+				role = fmt.Sprintf("held+implicit(%d)", h.Implicit)
+			}
+			if h.Lost != "" {
+				role += ",LOST"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", path, l.Kind, role, h.Mode,
+				orDash(h.Host), num(h.PID), uid(h.UID, h.Hidden), orDash(h.Command), age(now, h.Since),
+				token(h.Token), lease, orDash(h.Note))
+		}
+		for _, wt := range l.Waiters {
+			role := "waiting"
+			if wt.Implicit {
+				role = "waiting(below)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", path, l.Kind, role, wt.Mode,
+				"-", num(wt.PID), uid(wt.UID, wt.Hidden), orDash(wt.Command), age(now, wt.Since), "-", lease, "-")
+		}
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func num(n int) string {
+	if n <= 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}
+
+func uid(u *uint32, hidden bool) string {
+	if hidden {
+		return "hidden"
+	}
+	if u == nil {
+		return "-"
+	}
+	return strconv.FormatUint(uint64(*u), 10)
+}
+
+func token(t uint64) string {
+	if t == 0 {
+		return "-"
+	}
+	return strconv.FormatUint(t, 10)
+}
+
+func age(now, since time.Time) string {
+	if since.IsZero() {
+		return "-"
+	}
+	return now.Sub(since).Truncate(100 * time.Millisecond).String()
+}
