@@ -1,0 +1,53 @@
+package gcsbackend
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+)
+
+// Backoff bounds.
+const (
+	// retryMin and retryMax bound the wait before retrying a request that
+	// failed with 429, 5xx or no answer.
+	retryMin = 50 * time.Millisecond
+	retryMax = time.Second
+	// pollMin and pollMax bound the wait between two reads of a waiter.
+	pollMin = 50 * time.Millisecond
+	pollMax = time.Second
+)
+
+// backoff is a jittered, bounded exponential backoff: each wait is drawn
+// uniformly from [d/2, d], and d doubles from min up to max.
+type backoff struct {
+	min, max, d time.Duration
+}
+
+func (b *Backend) newBackoff(lo, hi time.Duration) *backoff {
+	return &backoff{min: lo, max: hi, d: lo}
+}
+
+// next returns the next wait.
+func (bo *backoff) next() time.Duration {
+	d := bo.d
+	bo.d = min(2*bo.d, bo.max)
+	return d/2 + rand.N(d/2+1)
+}
+
+// reset starts over from min.
+func (bo *backoff) reset() { bo.d = bo.min }
+
+// sleep waits d on the backend's clock, or until ctx ends.
+func (b *Backend) sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	c, stop := b.clock.Timer(d)
+	defer stop()
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

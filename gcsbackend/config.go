@@ -1,0 +1,214 @@
+package gcsbackend
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+)
+
+// Defaults.
+const (
+	// DefaultTTL is the default lease TTL.
+	DefaultTTL = 30 * time.Second
+	// DefaultRequestTimeout bounds one GCS request unless the lease's
+	// remaining validity is shorter.
+	DefaultRequestTimeout = 5 * time.Second
+	// DefaultUnavailableAfter is how long GCS may fail to answer before a
+	// claim gives up with lockmgr.ErrUnavailable.
+	DefaultUnavailableAfter = 10 * time.Second
+)
+
+// Config configures a gcs Backend. Only Bucket is required; every other
+// zero field takes the default its comment gives.
+type Config struct {
+	// Bucket is the GCS bucket that holds the lock objects. Every daemon
+	// sharing one lock namespace names the same bucket and Prefix.
+	Bucket string
+
+	// Prefix is prepended to every object name, so one bucket can hold
+	// several namespaces (e.g. "team-a/"). A missing trailing "/" is added.
+	// Default: "" (objects live under "locks/" at the bucket's root).
+	Prefix string
+
+	// Endpoint is the JSON API endpoint of a GCS emulator, such as
+	// "http://127.0.0.1:4443/storage/v1/". It is the only way to turn
+	// authentication off. Empty means real GCS, with Application Default
+	// Credentials; New then refuses to run if STORAGE_EMULATOR_HOST is set,
+	// because the client library would silently drop authentication and
+	// talk to whatever that variable names.
+	Endpoint string
+
+	// TTL is the lease time to live. A host stops vouching for its claim
+	// TTL-Margin after its last successful refresh was sent; other hosts
+	// take a claim over once they have seen it unchanged for
+	// TTL+RefreshInterval, so a crashed host's locks outlive it by at least
+	// TTL. Default: DefaultTTL (30s).
+	TTL time.Duration
+
+	// RefreshInterval is how often a held claim is refreshed. It must be
+	// less than TTL/2 (so that one failed refresh can be retried before the
+	// claim lapses) and less than TTL-Margin. Default: TTL/3.
+	RefreshInterval time.Duration
+
+	// Margin is how long before its TTL a holder stops vouching for its
+	// claim. With the observer's extra RefreshInterval it is the slack that
+	// absorbs clock-rate differences between hosts and request latency.
+	// Default: TTL/10.
+	Margin time.Duration
+
+	// RequestTimeout bounds each GCS request; a refresh's deadline is
+	// moreover never later than the end of the lease's validity. It must be
+	// less than TTL-Margin. Default: the smaller of DefaultRequestTimeout
+	// and TTL/3.
+	RequestTimeout time.Duration
+
+	// UnavailableAfter is how long GCS may keep failing (no answer, 429,
+	// 5xx) before a claim, conversion or release gives up with an error
+	// wrapping lockmgr.ErrUnavailable, even if its caller would wait longer.
+	// Default: DefaultUnavailableAfter (10s).
+	UnavailableAfter time.Duration
+
+	// HostID names this daemon in the lock objects. Two daemons must never
+	// share one. Default: the hostname, "-", and 8 random hex digits, so a
+	// restarted daemon is a new host whose predecessor's claims expire.
+	HostID string
+
+	// Logger receives the backend's log lines. Nil discards them.
+	Logger logrus.FieldLogger
+
+	// Clock is the monotonic clock leases are measured with. Nil means the
+	// host's CLOCK_BOOTTIME, which, unlike Go's monotonic clock, also counts
+	// time the host spent suspended: a holder that slept through its TTL
+	// knows it on waking. Tests inject a fake clock.
+	Clock Clock
+
+	// ClockOffset is for tests only: it shifts every wall-clock time this
+	// backend writes or shows (when a claim was taken or last refreshed).
+	// No decision of the protocol depends on wall clocks, so an offset
+	// between hosts must change nothing; tests prove it with this.
+	ClockOffset time.Duration
+}
+
+// DefaultConfig returns a Config for bucket with every default filled in.
+func DefaultConfig(bucket string) Config {
+	return Config{Bucket: bucket}.withDefaults()
+}
+
+// withDefaults returns c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.Prefix != "" && !strings.HasSuffix(c.Prefix, "/") {
+		c.Prefix += "/"
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.RefreshInterval == 0 {
+		c.RefreshInterval = c.TTL / 3
+	}
+	if c.Margin == 0 {
+		c.Margin = c.TTL / 10
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = min(DefaultRequestTimeout, c.TTL/3)
+	}
+	if c.UnavailableAfter == 0 {
+		c.UnavailableAfter = DefaultUnavailableAfter
+	}
+	if c.HostID == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			h = "host"
+		}
+		c.HostID = h + "-" + randomHex(4)
+	}
+	if c.Clock == nil {
+		c.Clock = BootClock{}
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot work, after filling in
+// defaults: a missing bucket, a TTL under 100ms, a refresh interval not
+// under TTL/2, a margin not under TTL/4, a request timeout not under
+// TTL-Margin, an empty or unprintable host id.
+func (c Config) Validate() error {
+	d := c.withDefaults()
+	switch {
+	case d.Bucket == "":
+		return errors.New("gcsbackend: Bucket is required")
+	case !utf8.ValidString(d.Prefix) || strings.HasPrefix(d.Prefix, "/"):
+		return fmt.Errorf("gcsbackend: Prefix %q must be UTF-8 and not start with /", d.Prefix)
+	case d.TTL < 100*time.Millisecond:
+		return fmt.Errorf("gcsbackend: TTL %v is under 100ms", d.TTL)
+	case d.RefreshInterval <= 0 || d.RefreshInterval >= d.TTL/2:
+		return fmt.Errorf("gcsbackend: refresh interval %v must be positive and under TTL/2 (%v)", d.RefreshInterval, d.TTL/2)
+	case d.Margin <= 0 || d.Margin >= d.TTL/4:
+		return fmt.Errorf("gcsbackend: margin %v must be positive and under TTL/4 (%v)", d.Margin, d.TTL/4)
+	case d.RefreshInterval >= d.TTL-d.Margin:
+		return fmt.Errorf("gcsbackend: refresh interval %v must be under TTL-margin (%v)", d.RefreshInterval, d.TTL-d.Margin)
+	case d.RequestTimeout <= 0 || d.RequestTimeout >= d.TTL-d.Margin:
+		return fmt.Errorf("gcsbackend: request timeout %v must be positive and under TTL-margin (%v)", d.RequestTimeout, d.TTL-d.Margin)
+	case d.UnavailableAfter <= 0:
+		return fmt.Errorf("gcsbackend: UnavailableAfter %v must be positive", d.UnavailableAfter)
+	case len(d.HostID) > 200 || strings.ContainsFunc(d.HostID, func(r rune) bool { return r < ' ' || r == 0x7f }) || !utf8.ValidString(d.HostID):
+		return fmt.Errorf("gcsbackend: HostID %q must be printable UTF-8 of at most 200 bytes", d.HostID)
+	}
+	return nil
+}
+
+// vouch is how long after a successful write was sent the holder vouches
+// for its claim.
+func (c Config) vouch() time.Duration { return c.TTL - c.Margin }
+
+// staleAfter is how long other hosts must see a claim of this host
+// unchanged before they may remove it; it is written into every entry.
+func (c Config) staleAfter() time.Duration { return c.TTL + c.RefreshInterval }
+
+// Clock is a monotonic clock. The backend measures every lease duration
+// with it and never compares readings of two hosts.
+type Clock interface {
+	// Now returns the time elapsed since a fixed, arbitrary origin. It never
+	// goes backwards.
+	Now() time.Duration
+	// Timer returns a channel that is closed once d has passed on this
+	// clock, and a function that releases the timer if it has not fired.
+	Timer(d time.Duration) (c <-chan struct{}, stop func())
+}
+
+// BootClock is the host's CLOCK_BOOTTIME: monotonic, and counting time spent
+// in suspend. Its timers are Go timers, which may fire late after a
+// suspend; the backend checks Now whenever it wakes, and before vouching.
+type BootClock struct{}
+
+// Now reads CLOCK_BOOTTIME.
+func (BootClock) Now() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		panic("gcsbackend: clock_gettime(CLOCK_BOOTTIME): " + err.Error())
+	}
+	return time.Duration(ts.Nano())
+}
+
+// Timer is a Go timer.
+func (BootClock) Timer(d time.Duration) (<-chan struct{}, func()) {
+	c := make(chan struct{})
+	t := time.AfterFunc(d, func() { close(c) })
+	return c, func() { t.Stop() }
+}
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic("gcsbackend: no randomness: " + err.Error())
+	}
+	return hex.EncodeToString(b)
+}

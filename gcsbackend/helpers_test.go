@@ -1,0 +1,138 @@
+package gcsbackend_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lockfs/lockfs/gcsbackend"
+	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// testTTL is the short lease TTL of the multi-host tests: refresh every 1s,
+// vouching for 2.7s after a refresh is sent, stale after 4s unchanged.
+const testTTL = 3 * time.Second
+
+// leakCheck fails t if a goroutine of the backend outlives the test. Call it
+// first, so that its cleanup runs after every other.
+func leakCheck(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		var stacks string
+		for i := 0; i < 100; i++ {
+			stacks = ourGoroutines()
+			if stacks == "" {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Errorf("goroutines of the backend still running after the test:\n%s", stacks)
+	})
+}
+
+func ourGoroutines() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "lockfs/gcsbackend.") && !strings.Contains(g, "gcsbackend_test.") &&
+			!strings.Contains(g, "testing.tRunner") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
+}
+
+var hostSeq atomic.Int64
+
+// newBackend returns a backend on the emulator's bucket, through endpoint
+// if given (a fault proxy), closed when t ends.
+func newBackend(t *testing.T, emu *gcstest.Emulator, mod func(*gcsbackend.Config)) *gcsbackend.Backend {
+	t.Helper()
+	cfg := gcsbackend.Config{
+		Bucket:   emu.Bucket,
+		Prefix:   "test/" + t.Name(),
+		Endpoint: emu.Endpoint(),
+		TTL:      testTTL,
+		HostID:   fmt.Sprintf("host%d", hostSeq.Add(1)),
+		Logger:   testLogger(t),
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	b, err := gcsbackend.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("close %s: %v", cfg.HostID, err)
+		}
+	})
+	return b
+}
+
+// testLogger logs to t at Info and above.
+func testLogger(t *testing.T) logrus.FieldLogger {
+	l := logrus.New()
+	l.SetOutput(tWriter{t})
+	l.SetLevel(logrus.InfoLevel)
+	return l
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	defer func() { recover() }() // a log line after the test ended
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// fakeProcs is a process tree where every thread id is a process of its
+// own with no ancestors, so that each test client is a stranger to every
+// other.
+type fakeProcs struct{}
+
+func (fakeProcs) Lineage(tid int) (lockmgr.Lineage, error) {
+	return lockmgr.Lineage{{PID: tid, Start: 1}}, nil
+}
+func (fakeProcs) Alive(lockmgr.ProcID) bool { return true }
+
+// newEngine returns an engine over b, closed when t ends (before b).
+func newEngine(t *testing.T, b *gcsbackend.Backend, onLoss func(lockmgr.LostHold)) *lockmgr.Engine {
+	t.Helper()
+	e, err := lockmgr.New(lockmgr.Config{Backend: b, Processes: fakeProcs{}, Host: b.HostID(),
+		Logger: testLogger(t), OnLoss: onLoss})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("close engine %s: %v", b.HostID(), err)
+		}
+	})
+	return e
+}
+
+func dirLock(p string) lockmgr.LockID { return lockmgr.LockID{Path: p, Kind: lockmgr.KindDir} }
+
+// request is a flock-style request by client c (its own process and open
+// file description).
+func request(p string, mode lockmgr.Mode, c int, wait bool) lockmgr.Request {
+	return lockmgr.Request{Lock: dirLock(p), Mode: mode,
+		Owner: lockmgr.Owner{Class: lockmgr.OwnerFile, ID: uint64(c)}, TID: c, Wait: wait}
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,234 @@
+package gcsbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// Conditional writes and lost replies.
+//
+// Every change to a lock object is a read-modify-write: an edit computes the
+// next record from the current version, and the upload is conditional on
+// that version's generation. A 412 means another host wrote first: read
+// again and edit again.
+//
+// When a write gets no definite answer (no reply, a reset, a timeout, 429,
+// 5xx) it may or may not have landed, and it may even still land later.
+// The writer then reads the object back:
+//
+//   - if the record shows the write's effect (its write id, or the claim's
+//     new Seq, or the claim gone for a release), the write landed: done;
+//   - else, if the generation is still the one the write was conditional
+//     on, nothing has landed yet: the very same bytes are sent again, with
+//     the same condition and write id, so at most one of the copies can
+//     land and either one is the intended write;
+//   - else the object moved on without the write, which can therefore
+//     never land: edit the new version.
+//
+// The lease's validity counts from the earliest send of the write that
+// landed, since any copy may be the one that did.
+
+// errNoChange is returned by an edit when the object is already as wanted.
+var errNoChange = errors.New("no change needed")
+
+// edit computes the record to write from the current version; it may
+// return errNoChange, or an error that ends the mutation (errBlocked,
+// errGone...). It must not modify cur.
+type edit func(cur snapshot) (*record, error)
+
+// effect reports whether a record shows that the write being resolved
+// landed (besides carrying its write id).
+type effect func(r *record) bool
+
+// errBlocked is returned by a claim's edit when live claims of other hosts
+// conflict.
+type errBlocked struct {
+	v   verdict
+	gen int64 // the generation judged
+}
+
+func (e *errBlocked) Error() string {
+	return fmt.Sprintf("held by %d other claim(s), first by host %q", len(e.v.blockers), e.v.blockers[0].Host)
+}
+
+// errAmbiguous is returned when the caller's context ended while a write's
+// fate was unknown: it may still land.
+type errAmbiguous struct {
+	base int64 // the generation the write was conditional on
+	err  error
+}
+
+func (e *errAmbiguous) Error() string {
+	return fmt.Sprintf("gave up with a write in flight: %v", e.err)
+}
+func (e *errAmbiguous) Unwrap() error { return e.err }
+
+// landed is the result of a successful mutation.
+type landed struct {
+	snap   snapshot      // the version that carries the write
+	sentAt time.Duration // earliest send of the write that landed; 0 for errNoChange
+}
+
+// mutateOpts are the knobs of one mutation.
+type mutateOpts struct {
+	// base is the version to edit first, if known (from the lease's last
+	// write); nil means read first.
+	base *snapshot
+	// until, if not 0, is a monotonic instant no request may outlive (the
+	// end of the lease's validity).
+	until time.Duration
+}
+
+// mutate applies ed to the object until a write lands, ed refuses, or ctx
+// ends. See the comment at the top of this file.
+func (b *Backend) mutate(ctx context.Context, name string, o mutateOpts, ed edit, eff effect) (landed, error) {
+	bo := b.newBackoff(retryMin, retryMax)
+	fails := b.newFailClock()
+	var cur *snapshot
+	if o.base != nil {
+		c := *o.base
+		cur = &c
+	}
+	for {
+		if cur == nil {
+			s, err := b.readRetry(ctx, name, o.until, fails)
+			if err != nil {
+				return landed{}, err
+			}
+			cur = &s
+		}
+		next, err := ed(*cur)
+		if errors.Is(err, errNoChange) {
+			return landed{snap: *cur}, nil
+		}
+		if err != nil {
+			return landed{}, err
+		}
+		next.Write = b.newWriteID()
+		payload := next.encode()
+		base := cur.gen
+		var firstSent time.Duration
+		for {
+			if err := b.beforeWrite(ctx, o.until); err != nil {
+				return landed{}, err
+			}
+			sent := b.clock.Now()
+			if firstSent == 0 {
+				firstSent = sent
+			}
+			rctx, cancel := b.requestCtx(ctx, o.until)
+			gen, oc, err := b.write(rctx, name, base, payload)
+			cancel()
+			if oc == outcomeOK {
+				return landed{snap: snapshot{gen: gen, rec: next}, sentAt: firstSent}, nil
+			}
+			if oc == outcomePermanent {
+				return landed{}, fmt.Errorf("write %s: %w", name, err)
+			}
+			if oc == outcomeTransient || oc == outcomeCanceled {
+				b.stats.ambiguous.Add(1)
+			}
+			if oc == outcomeCanceled {
+				return landed{}, &errAmbiguous{base: base, err: ctx.Err()}
+			}
+			if oc == outcomeTransient {
+				if err := fails.fail(err); err != nil {
+					return landed{}, &errAmbiguous{base: base, err: err}
+				}
+				if err := b.sleep(ctx, bo.next()); err != nil {
+					return landed{}, &errAmbiguous{base: base, err: err}
+				}
+			}
+			// Read back: did it land?
+			s, err := b.readRetry(ctx, name, o.until, fails)
+			if err != nil {
+				if oc == outcomePrecondition {
+					return landed{}, err
+				}
+				return landed{}, &errAmbiguous{base: base, err: err}
+			}
+			if s.rec != nil && (s.rec.Write == next.Write || (eff != nil && eff(s.rec))) {
+				b.stats.recognised.Add(1)
+				return landed{snap: s, sentAt: firstSent}, nil
+			}
+			if s.gen == base {
+				continue // nothing landed yet: send the same write again
+			}
+			cur = &s // the object moved on without this write
+			break
+		}
+	}
+}
+
+// readRetry reads the object, retrying transient failures with backoff
+// until ctx ends or GCS has failed for UnavailableAfter.
+func (b *Backend) readRetry(ctx context.Context, name string, until time.Duration, fails *failClock) (snapshot, error) {
+	bo := b.newBackoff(retryMin, retryMax)
+	for {
+		if err := b.beforeWrite(ctx, until); err != nil {
+			return snapshot{}, err
+		}
+		rctx, cancel := b.requestCtx(ctx, until)
+		s, oc, err := b.read(rctx, name)
+		cancel()
+		switch oc {
+		case outcomeOK:
+			fails.ok()
+			b.obs.observe(name, s.rec, b.clock.Now(), b.ownSession)
+			return s, nil
+		case outcomeCanceled:
+			return snapshot{}, ctx.Err()
+		case outcomeTransient:
+			if err := fails.fail(err); err != nil {
+				return snapshot{}, err
+			}
+			if err := b.sleep(ctx, bo.next()); err != nil {
+				return snapshot{}, err
+			}
+		default:
+			return snapshot{}, fmt.Errorf("read %s: %w", name, err)
+		}
+	}
+}
+
+// beforeWrite fails if ctx has ended or the instant until has passed.
+func (b *Backend) beforeWrite(ctx context.Context, until time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if until != 0 && b.clock.Now() >= until {
+		return errExpired
+	}
+	return nil
+}
+
+// errExpired: the lease's validity ended before the request could be sent.
+var errExpired = errors.New("lease validity ended")
+
+// failClock tracks how long GCS has been failing without a break.
+type failClock struct {
+	b     *Backend
+	since time.Duration // first failure of the current run; 0 if none
+}
+
+func (b *Backend) newFailClock() *failClock { return &failClock{b: b} }
+
+func (f *failClock) ok() { f.since = 0 }
+
+// fail records a transient failure and returns an error wrapping
+// lockmgr.ErrUnavailable once failures have lasted UnavailableAfter.
+func (f *failClock) fail(err error) error {
+	now := f.b.clock.Now()
+	if f.since == 0 {
+		f.since = now
+		return nil
+	}
+	if now-f.since >= f.b.cfg.UnavailableAfter {
+		return fmt.Errorf("%w: GCS failing for %v: %v", lockmgr.ErrUnavailable, (now - f.since).Round(time.Millisecond), err)
+	}
+	return nil
+}

@@ -1,0 +1,137 @@
+package gcsbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"cloud.google.com/go/storage"
+	"google.golang.org/api/googleapi"
+)
+
+// The two kinds of request the backend makes: a read of a lock object's
+// content (which carries its generation), and a conditional upload of a
+// new version, DoesNotExist for the first version and GenerationMatch
+// after that. Nothing else: no PATCH, no delete, no metadata request. The
+// client library's own retries are off, so that every request is counted,
+// bounded and resolved here.
+
+// snapshot is one version of a lock object as read or written.
+type snapshot struct {
+	// gen is the object's generation; 0 if it does not exist.
+	gen int64
+	// rec is its content; nil iff gen is 0.
+	rec *record
+}
+
+// outcome classifies a failed request.
+type outcome int
+
+const (
+	outcomeOK outcome = iota
+	// outcomePrecondition: 412, the generation did not match. Definite.
+	outcomePrecondition
+	// outcomeTransient: 429, 5xx, no answer, or our per-request deadline.
+	// For a write the fate is unknown.
+	outcomeTransient
+	// outcomeCanceled: the caller's context ended.
+	outcomeCanceled
+	// outcomePermanent: any other error; retrying will not help.
+	outcomePermanent
+)
+
+// read fetches the object's content and generation.
+func (b *Backend) read(ctx context.Context, name string) (snapshot, outcome, error) {
+	b.stats.reads.Add(1)
+	r, err := b.bucket.Object(name).NewReader(ctx)
+	if errors.Is(err, storage.ErrObjectNotExist) {
+		b.stats.readsNotFound.Add(1)
+		return snapshot{}, outcomeOK, nil
+	}
+	if err != nil {
+		return snapshot{}, b.classify(ctx, err), err
+	}
+	defer r.Close()
+	body, err := io.ReadAll(io.LimitReader(r, 1<<20))
+	if err != nil {
+		return snapshot{}, b.classify(ctx, err), err
+	}
+	rec, err := decodeRecord(body)
+	if err != nil {
+		b.stats.otherErrors.Add(1)
+		return snapshot{}, outcomePermanent, fmt.Errorf("object %s: %w", name, err)
+	}
+	if r.Attrs.Generation == 0 {
+		b.stats.otherErrors.Add(1)
+		return snapshot{}, outcomePermanent, fmt.Errorf("object %s: read returned no generation", name)
+	}
+	return snapshot{gen: r.Attrs.Generation, rec: rec}, outcomeOK, nil
+}
+
+// write uploads payload as the object's next version, on condition that
+// its generation is still gen (0: that it does not exist), and returns the
+// new generation.
+func (b *Backend) write(ctx context.Context, name string, gen int64, payload []byte) (int64, outcome, error) {
+	b.stats.writes.Add(1)
+	cond := storage.Conditions{DoesNotExist: true}
+	if gen != 0 {
+		cond = storage.Conditions{GenerationMatch: gen}
+	}
+	w := b.bucket.Object(name).If(cond).NewWriter(ctx)
+	w.ChunkSize = 0 // one request, no resumable session
+	w.ContentType = "application/json"
+	w.CacheControl = "no-store"
+	if _, err := w.Write(payload); err != nil {
+		w.Close()
+		return 0, b.classify(ctx, err), err
+	}
+	if err := w.Close(); err != nil {
+		return 0, b.classify(ctx, err), err
+	}
+	b.stats.writesOK.Add(1)
+	return w.Attrs().Generation, outcomeOK, nil
+}
+
+// classify counts a failed request and says what it means.
+func (b *Backend) classify(ctx context.Context, err error) outcome {
+	var ge *googleapi.Error
+	switch {
+	case errors.As(err, &ge) && ge.Code == http.StatusPreconditionFailed:
+		b.stats.preconditionFailed.Add(1)
+		return outcomePrecondition
+	case errors.As(err, &ge) && ge.Code == http.StatusTooManyRequests:
+		b.stats.rateLimited.Add(1)
+		return outcomeTransient
+	case errors.As(err, &ge) && (ge.Code >= 500 || ge.Code == http.StatusRequestTimeout):
+		b.stats.serverErrors.Add(1)
+		return outcomeTransient
+	case errors.As(err, &ge):
+		b.stats.otherErrors.Add(1)
+		return outcomePermanent
+	}
+	b.stats.networkErrors.Add(1)
+	if ctx.Err() != nil && context.Cause(ctx) != errRequestTimeout {
+		return outcomeCanceled
+	}
+	// No HTTP answer: a reset, a refused connection, a timeout of ours.
+	return outcomeTransient
+}
+
+// errRequestTimeout is the cause of a request context that ran out of its
+// own time, as opposed to its caller's.
+var errRequestTimeout = errors.New("gcs request timed out")
+
+// requestCtx bounds one request by RequestTimeout and, if until is not 0, by
+// the monotonic instant until.
+func (b *Backend) requestCtx(ctx context.Context, until time.Duration) (context.Context, context.CancelFunc) {
+	d := b.cfg.RequestTimeout
+	if until != 0 {
+		if left := until - b.clock.Now(); left < d {
+			d = left
+		}
+	}
+	return context.WithTimeoutCause(ctx, d, errRequestTimeout)
+}
