@@ -9,7 +9,9 @@ import (
 // Test hooks, visible to the external test package only.
 
 // ObjectNameForTest exposes objectName.
-func ObjectNameForTest(prefix string, id lockmgr.LockID) (string, error) { return objectName(prefix, id) }
+func ObjectNameForTest(prefix string, id lockmgr.LockID) (string, error) {
+	return objectName(prefix, id)
+}
 
 // ObjectName returns the name of id's lock object.
 func (b *Backend) ObjectName(id lockmgr.LockID) string {

@@ -30,10 +30,10 @@ type Stats struct {
 
 // counters is Stats with atomic fields.
 type counters struct {
-	reads, readsNotFound, writes, writesOK, preconditionFailed         atomic.Uint64
-	rateLimited, serverErrors, networkErrors, otherErrors              atomic.Uint64
-	ambiguous, recognised                                              atomic.Uint64
-	claims, conversions, releases, refreshes, losses, takeovers        atomic.Uint64
+	reads, readsNotFound, writes, writesOK, preconditionFailed  atomic.Uint64
+	rateLimited, serverErrors, networkErrors, otherErrors       atomic.Uint64
+	ambiguous, recognised                                       atomic.Uint64
+	claims, conversions, releases, refreshes, losses, takeovers atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
