@@ -1,10 +1,26 @@
 // Package fs is lockfs's FUSE layer: a passthrough of SOURCE plus the
 // control files (.lock, .lock_newdir, .lock_usage) in every directory, whose
 // flock(2) and fcntl(2) requests it maps to the lock engine.
+//
+// See doc.go for the model, safety, caching and error rules.
 package fs
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"bazil.org/fuse"
+	fusefs "bazil.org/fuse/fs"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -47,4 +63,185 @@ func controlKind(name string) (lockmgr.Kind, bool) {
 func isReserved(name string) bool {
 	_, ok := controlNames[name]
 	return ok || backingNames[name]
+}
+
+// Kernel cache validity (see "# Caching" in doc.go).
+const (
+	// entryValid is how long the kernel may keep a name → node binding
+	// without asking again. A binding that went stale in SOURCE is caught
+	// earlier: the node answers ESTALE and the kernel looks the name up again.
+	entryValid = time.Second
+	// dirAttrValid is how long the kernel may keep a directory's
+	// attributes. The kernel checks permissions on every path component
+	// from these (default_permissions), so 0 would cost a round trip per
+	// component of every path.
+	dirAttrValid = time.Second
+	// fileAttrValid is how long the kernel may keep the attributes of
+	// anything else. 0: every stat(2) and every open(2) asks, so that a
+	// file changed directly in SOURCE shows its new size and times at once
+	// (close-to-open consistency).
+	fileAttrValid = 0
+)
+
+// FS is one mount: the passthrough of Config.Source and, through
+// control.go, the control files. It implements bazil's fusefs.FS.
+//
+// LOCK ORDERING: nodesMu, treeMu, node.mu, fileHandle.mu, ownersMu and
+// fileLockOwner.mu are leaves: none is held while taking another, except
+// fileHandle.mu → ownersMu (filelock.go). None is held across a syscall
+// that can block for long (each is held at most across a non-blocking
+// fcntl, dup or close).
+type FS struct {
+	// Dependencies
+	cfg Config
+	log logrus.FieldLogger // never nil
+
+	// Constant data
+
+	// rootFd is an O_PATH|O_DIRECTORY descriptor of Source. Every backing
+	// operation starts from it and resolves beneath it (beneath.go).
+	rootFd int
+	// root is the mount's root directory node.
+	root *Dir
+	// asRoot is true when the daemon runs as root: it then gives new files
+	// to the uid and gid of the process that created them.
+	asRoot bool
+
+	// Mutable state
+
+	// closed is set by Close.
+	closed atomic.Bool
+
+	// nodesMu guards nodes.
+	nodesMu sync.Mutex
+	// nodes maps a backing inode to the one Node the kernel knows it by,
+	// so that hard links are one node and file locks agree. An entry
+	// leaves on Forget. GUARDED_BY(nodesMu)
+	nodes map[inodeKey]passNode
+
+	// treeMu guards the links (parent directory and name) of every
+	// passthrough node.
+	treeMu sync.RWMutex
+
+	// ownersMu guards owners.
+	ownersMu sync.Mutex
+	// owners holds, per backing inode and POSIX lock owner, the backing
+	// descriptor that carries that owner's byte-range locks (filelock.go).
+	// GUARDED_BY(ownersMu)
+	owners map[ownerKey]*fileLockOwner
+}
+
+var (
+	_ fusefs.FS         = (*FS)(nil)
+	_ fusefs.FSStatfser = (*FS)(nil)
+)
+
+// New opens Source and returns the file system to serve. Close it after
+// serving ends.
+func New(cfg Config) (*FS, error) {
+	if cfg.Source == "" || !filepath.IsAbs(cfg.Source) {
+		return nil, fmt.Errorf("lockfs: source %q must be an absolute path", cfg.Source)
+	}
+	log := cfg.Logger
+	if log == nil {
+		l := logrus.New()
+		l.Out = io.Discard
+		log = l
+	}
+	rootFd, err := unix.Open(cfg.Source, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("lockfs: open source %q: %w", cfg.Source, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(rootFd, &st); err != nil {
+		unix.Close(rootFd)
+		return nil, fmt.Errorf("lockfs: stat source %q: %w", cfg.Source, err)
+	}
+	f := &FS{
+		cfg:    cfg,
+		log:    log,
+		rootFd: rootFd,
+		asRoot: os.Geteuid() == 0,
+		nodes:  make(map[inodeKey]passNode),
+		owners: make(map[ownerKey]*fileLockOwner),
+	}
+	f.root = &Dir{node: node{fs: f, key: keyOf(&st), ftype: unix.S_IFDIR}}
+	f.nodes[f.root.key] = f.root
+	return f, nil
+}
+
+// Root returns the root directory node.
+func (f *FS) Root() (fusefs.Node, error) {
+	return f.root, nil
+}
+
+// Close releases the descriptors the file system holds: SOURCE's and those
+// carrying byte-range locks. Call it after Serve has returned. It is safe
+// to call more than once.
+func (f *FS) Close() error {
+	if f.closed.Swap(true) {
+		return nil
+	}
+	f.ownersMu.Lock()
+	owners := f.owners
+	f.owners = make(map[ownerKey]*fileLockOwner)
+	f.ownersMu.Unlock()
+	for _, o := range owners {
+		o.close()
+	}
+	if err := unix.Close(f.rootFd); err != nil {
+		return fmt.Errorf("lockfs: close source: %w", err)
+	}
+	return nil
+}
+
+// Statfs reports the file system that holds SOURCE.
+func (f *FS) Statfs(ctx context.Context, req *fuse.StatfsRequest, resp *fuse.StatfsResponse) error {
+	var s unix.Statfs_t
+	if err := unix.Fstatfs(f.rootFd, &s); err != nil {
+		return f.fail("statfs", ".", err)
+	}
+	resp.Blocks = s.Blocks
+	resp.Bfree = s.Bfree
+	resp.Bavail = s.Bavail
+	resp.Files = s.Files
+	resp.Ffree = s.Ffree
+	resp.Bsize = uint32(s.Bsize)
+	resp.Namelen = uint32(s.Namelen)
+	resp.Frsize = uint32(s.Frsize)
+	return nil
+}
+
+// MountOptions returns the options every lockfs mount uses. The kernel
+// checks permissions itself (default_permissions) and hands every flock and
+// fcntl lock to the daemon. There is no writeback cache: writes go to
+// SOURCE when the write(2) returns, so that programs writing SOURCE
+// directly see them.
+func MountOptions(fsname string, allowOther bool) []fuse.MountOption {
+	opts := []fuse.MountOption{
+		fuse.FSName(fsname),
+		fuse.Subtype("lockfs"),
+		fuse.DefaultPermissions(),
+		fuse.LockingFlock(),
+		fuse.LockingPOSIX(),
+		fuse.MaxReadahead(128 << 10),
+		fuse.AsyncRead(),
+	}
+	if allowOther {
+		opts = append(opts, fuse.AllowOther())
+	}
+	return opts
+}
+
+// errnoOf returns the errno an error stands for, EIO if none.
+func errnoOf(err error) syscall.Errno {
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		return en
+	}
+	var fe fuse.ErrorNumber
+	if errors.As(err, &fe) {
+		return syscall.Errno(fe.Errno())
+	}
+	return syscall.EIO
 }

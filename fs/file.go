@@ -1,0 +1,256 @@
+package fs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	"bazil.org/fuse"
+	fusefs "bazil.org/fuse/fs"
+	"golang.org/x/sys/unix"
+)
+
+// File is anything in SOURCE but a directory: a regular file, a symlink, a
+// FIFO, a socket or a device. The kernel opens only regular files through
+// the daemon; it handles FIFOs and devices itself.
+type File struct {
+	node
+}
+
+var (
+	_ fusefs.Node              = (*File)(nil)
+	_ fusefs.NodeGetattrer     = (*File)(nil)
+	_ fusefs.NodeSetattrer     = (*File)(nil)
+	_ fusefs.NodeOpener        = (*File)(nil)
+	_ fusefs.NodeReadlinker    = (*File)(nil)
+	_ fusefs.NodeFsyncer       = (*File)(nil)
+	_ fusefs.NodeForgetter     = (*File)(nil)
+	_ fusefs.NodeGetxattrer    = (*File)(nil)
+	_ fusefs.NodeListxattrer   = (*File)(nil)
+	_ fusefs.NodeSetxattrer    = (*File)(nil)
+	_ fusefs.NodeRemovexattrer = (*File)(nil)
+)
+
+// backingOpenFlags keeps the open flags that mean something for the backing
+// descriptor. O_DIRECT is dropped: the kernel already bypasses its cache for
+// the caller, and the daemon's buffers are not aligned for the backing file
+// system.
+func backingOpenFlags(fl fuse.OpenFlags) int {
+	const keep = unix.O_ACCMODE | unix.O_APPEND | unix.O_SYNC | unix.O_DSYNC | unix.O_TRUNC | unix.O_NOATIME
+	return int(uint32(fl)) & keep
+}
+
+// clearNonblock removes the O_NONBLOCK that guards every backing open
+// (against a FIFO swapped in by a race) unless the caller asked for it.
+func clearNonblock(fd int, fl fuse.OpenFlags) error {
+	if fl&fuse.OpenNonblock != 0 {
+		return nil
+	}
+	cur, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return err
+	}
+	_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, cur&^unix.O_NONBLOCK)
+	return err
+}
+
+// Open opens the file by one of its names, or, when it has none left (it
+// was unlinked while open elsewhere), through an open handle's descriptor.
+func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenResponse) (fusefs.Handle, error) {
+	if n.ftype != unix.S_IFREG {
+		return nil, n.fs.fail("open", n.path(), syscall.EINVAL)
+	}
+	flags := backingOpenFlags(req.Flags) | unix.O_NONBLOCK
+	fd, err := n.openByName(flags)
+	if err != nil {
+		dup := n.dupOpen(false)
+		if dup < 0 {
+			return nil, n.fs.fail("open", n.path(), err)
+		}
+		fd, err = reopen(dup, flags)
+		closeFd(dup)
+		if err != nil {
+			return nil, n.fs.fail("open", n.path(), err)
+		}
+	}
+	if err := clearNonblock(fd, req.Flags); err != nil {
+		closeFd(fd)
+		return nil, n.fs.fail("open", n.path(), err)
+	}
+	h, err := n.newHandle(fd)
+	if err != nil {
+		return nil, n.fs.fail("open", n.path(), err)
+	}
+	return h, nil
+}
+
+// newHandle wraps a backing descriptor of a regular file as an open handle
+// of n. On error it closes fd.
+func (n *File) newHandle(fd int) (*fileHandle, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		closeFd(fd)
+		return nil, err
+	}
+	h := &fileHandle{n: n, key: keyOf(&st), of: &openFile{fd: fd}}
+	n.addOpen(h.of)
+	return h, nil
+}
+
+// Readlink returns a symlink's target.
+func (n *File) Readlink(ctx context.Context, req *fuse.ReadlinkRequest) (string, error) {
+	var target string
+	err := n.withFd(false, func(fd int) error {
+		for size := 256; ; size *= 2 {
+			buf := make([]byte, size)
+			got, err := unix.Readlinkat(fd, "", buf)
+			if err != nil {
+				return err
+			}
+			if got < size {
+				target = string(buf[:got])
+				return nil
+			}
+		}
+	})
+	if err != nil {
+		return "", n.fs.fail("readlink", n.path(), err)
+	}
+	return target, nil
+}
+
+// linkInto makes name in directory dirFd a new link to n's inode. As root
+// it links the exact inode behind a descriptor (AT_EMPTY_PATH needs
+// CAP_DAC_READ_SEARCH); otherwise it links one of n's names, checked first.
+func (n *File) linkInto(dirFd int, name string) error {
+	if n.fs.asRoot {
+		return n.withFd(false, func(fd int) error {
+			return unix.Linkat(fd, "", dirFd, name, unix.AT_EMPTY_PATH)
+		})
+	}
+	n.fs.treeMu.RLock()
+	links := append([]link(nil), n.links...)
+	n.fs.treeMu.RUnlock()
+	for _, l := range links {
+		err := l.dir.at(func(oldFd int, _ *unix.Stat_t) error {
+			var st unix.Stat_t
+			if err := unix.Fstatat(oldFd, l.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return err
+			}
+			if keyOf(&st) != n.key {
+				return syscall.ENOENT
+			}
+			return unix.Linkat(oldFd, l.name, dirFd, name, 0)
+		})
+		if err == nil || (err != unix.ENOENT && err != syscall.ESTALE) {
+			return err
+		}
+	}
+	return syscall.ESTALE
+}
+
+// fileHandle is one open file description of a regular file: its own
+// backing open file description, which also carries its flock(2) lock.
+type fileHandle struct {
+	// Dependencies
+	n *File
+
+	// Constant data
+	of *openFile
+	// key is the backing inode behind of (n's). Locks go by it.
+	key inodeKey
+
+	// Mutable state
+	mu sync.Mutex
+	// owners are the byte-range lock owners that locked through this
+	// handle (filelock.go). GUARDED_BY(mu)
+	owners map[*fileLockOwner]struct{}
+}
+
+var (
+	_ fusefs.HandleReader      = (*fileHandle)(nil)
+	_ fusefs.HandleWriter      = (*fileHandle)(nil)
+	_ fusefs.HandleFlusher     = (*fileHandle)(nil)
+	_ fusefs.HandleReleaser    = (*fileHandle)(nil)
+	_ fusefs.HandleFAllocater  = (*fileHandle)(nil)
+	_ fusefs.HandleFlockLocker = (*fileHandle)(nil)
+	_ fusefs.HandlePOSIXLocker = (*fileHandle)(nil)
+	_ fusefs.HandlePoller      = (*fileHandle)(nil)
+)
+
+// Read reads at an offset; a short result means end of file.
+func (h *fileHandle) Read(ctx context.Context, req *fuse.ReadRequest, resp *fuse.ReadResponse) error {
+	buf := resp.Data[:req.Size]
+	done := 0
+	for done < len(buf) {
+		got, err := unix.Pread(h.of.fd, buf[done:], req.Offset+int64(done))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return h.n.fs.fail("read", h.n.path(), err)
+		}
+		if got == 0 {
+			break
+		}
+		done += got
+	}
+	resp.Data = buf[:done]
+	return nil
+}
+
+// Write writes at an offset (at the end, if the file was opened O_APPEND:
+// the backing descriptor carries O_APPEND, so writes land at SOURCE's end
+// of file even when another program appended meanwhile).
+func (h *fileHandle) Write(ctx context.Context, req *fuse.WriteRequest, resp *fuse.WriteResponse) error {
+	done := 0
+	for done < len(req.Data) {
+		got, err := unix.Pwrite(h.of.fd, req.Data[done:], req.Offset+int64(done))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			if done > 0 {
+				break
+			}
+			return h.n.fs.fail("write", h.n.path(), err)
+		}
+		done += got
+	}
+	resp.Size = done
+	return nil
+}
+
+// FAllocate passes fallocate(2) through.
+func (h *fileHandle) FAllocate(ctx context.Context, req *fuse.FAllocateRequest) error {
+	if err := unix.Fallocate(h.of.fd, uint32(req.Mode), int64(req.Offset), int64(req.Length)); err != nil {
+		return h.n.fs.fail("fallocate", h.n.path(), err)
+	}
+	return nil
+}
+
+// Flush is sent at every close(2) of a descriptor of the file: POSIX record
+// locks of the closing process end (filelock.go).
+func (h *fileHandle) Flush(ctx context.Context, req *fuse.FlushRequest) error {
+	h.n.fs.dropOwner(h.key, req.LockOwner)
+	return nil
+}
+
+// Release ends the open file description: its flock lock and its OFD locks
+// end with it.
+func (h *fileHandle) Release(ctx context.Context, req *fuse.ReleaseRequest) error {
+	h.releaseOwners(req.LockOwner)
+	h.n.removeOpen(h.of)
+	closeFd(h.of.fd)
+	return nil
+}
+
+// Poll answers ENOSYS: regular files are always ready, and ENOSYS tells the
+// kernel never to ask again on this mount. Go programs register every file
+// they open with epoll, which makes the kernel ask; the first answer stops
+// that. (A Go process that serves the mount and opens files on it itself
+// could otherwise deadlock: the runtime makes that epoll_ctl call without
+// releasing its P.)
+func (h *fileHandle) Poll(ctx context.Context, req *fuse.PollRequest, resp *fuse.PollResponse) error {
+	return syscall.ENOSYS
+}

@@ -1,0 +1,388 @@
+package fs
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"bazil.org/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// Locks on ordinary files.
+//
+// The mount asks the kernel for every flock(2) and fcntl(2) lock (the
+// control files need that), so the locks of regular files arrive here too.
+// They are applied to the backing file in the host kernel, so that locks
+// taken through the mount and locks taken on SOURCE directly exclude each
+// other as they would on one local file system:
+//
+//   - flock: flock(2) on the handle's own backing descriptor. One FUSE
+//     handle is one open file description of the caller, so the lock
+//     belongs to the right description and ends when it is released.
+//   - POSIX record locks and OFD locks (both arrive with LockFlags 0, an
+//     owner per process for the first, per open file description for the
+//     second): per (inode, owner), a dedicated backing open file
+//     description, on which the range is set as an OFD lock. OFD locks on a
+//     description of its own give that owner exactly POSIX semantics
+//     (ranges split and merge, a later lock converts an earlier one, the
+//     owner never conflicts with itself), and the daemon's own close(2)s
+//     never drop them, as they would drop classic POSIX locks of the daemon.
+//     The description is closed, dropping the owner's locks, at Flush with
+//     that owner (POSIX: any close(2) by the process ends its locks on the
+//     file) and at Release of a handle it locked through (OFD locks end
+//     with their description; every process that shared it has flushed by
+//     then, so no POSIX owner still needs it).
+//   - Waits (F_SETLKW, flock without LOCK_NB) never block a thread in the
+//     kernel, where a signal could not reach it (Go installs its handlers
+//     with SA_RESTART): the request polls non-blocking attempts with
+//     jittered exponential backoff from 1 ms to 50 ms until it is granted
+//     or its context ends (an interrupt), and then answers EINTR. A waiter
+//     therefore gets the lock up to 50 ms after it is free, and there is
+//     no deadlock detection (EDEADLK) for ordinary files: a cycle of waits
+//     lasts until one of the waiters is interrupted.
+
+// ownerKey names one byte-range lock owner's locks on one backing inode.
+type ownerKey struct {
+	inode inodeKey
+	owner fuse.LockOwner
+}
+
+// fileLockOwner is the backing open file description that carries one
+// owner's byte-range locks on one inode.
+type fileLockOwner struct {
+	// Constant data
+	key ownerKey
+
+	// Mutable state
+	// pid is the process that last locked through this owner, reported
+	// to F_GETLK callers that conflict with it.
+	pid atomic.Int32
+	// mu is held shared while fd is used, exclusively to close it.
+	mu sync.RWMutex
+	// fd is the backing descriptor; -1 once closed. GUARDED_BY(mu)
+	fd int
+}
+
+// close closes the owner's descriptor, dropping its locks.
+func (o *fileLockOwner) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.fd >= 0 {
+		closeFd(o.fd)
+		o.fd = -1
+	}
+}
+
+// do calls fn with the owner's descriptor, or returns false if it is closed.
+func (o *fileLockOwner) do(fn func(fd int) error) (bool, error) {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	if o.fd < 0 {
+		return false, nil
+	}
+	return true, fn(o.fd)
+}
+
+// ownerFor returns the carrier of owner's locks on h's inode, opening one
+// from h's descriptor if there is none, and remembers that owner locked
+// through h.
+func (h *fileHandle) ownerFor(owner fuse.LockOwner) (*fileLockOwner, error) {
+	f := h.n.fs
+	key := ownerKey{inode: h.key, owner: owner}
+	f.ownersMu.Lock()
+	o := f.owners[key]
+	f.ownersMu.Unlock()
+	if o == nil {
+		fd, err := openLockFd(h.of.fd)
+		if err != nil {
+			return nil, err
+		}
+		fresh := &fileLockOwner{key: key, fd: fd}
+		f.ownersMu.Lock()
+		if cur := f.owners[key]; cur != nil {
+			o = cur
+		} else {
+			f.owners[key] = fresh
+			o = fresh
+		}
+		f.ownersMu.Unlock()
+		if o != fresh {
+			closeFd(fd)
+		}
+	}
+	h.mu.Lock()
+	if h.owners == nil {
+		h.owners = make(map[*fileLockOwner]struct{})
+	}
+	h.owners[o] = struct{}{}
+	h.mu.Unlock()
+	return o, nil
+}
+
+// openLockFd opens a new description of the inode behind fd, for writing
+// and reading if possible (a write lock needs a writable descriptor, a read
+// lock a readable one).
+func openLockFd(fd int) (int, error) {
+	var err error
+	for _, acc := range []int{unix.O_RDWR, unix.O_RDONLY, unix.O_WRONLY} {
+		var nfd int
+		if nfd, err = reopen(fd, acc|unix.O_NONBLOCK|unix.O_NOCTTY); err == nil {
+			return nfd, nil
+		}
+	}
+	return -1, err
+}
+
+// dropOwner closes owner's carrier on inode, if any: all its locks there end.
+func (f *FS) dropOwner(inode inodeKey, owner fuse.LockOwner) {
+	key := ownerKey{inode: inode, owner: owner}
+	f.ownersMu.Lock()
+	o := f.owners[key]
+	delete(f.owners, key)
+	f.ownersMu.Unlock()
+	if o != nil {
+		o.close()
+	}
+}
+
+// releaseOwners closes the carriers of the owners that locked through h,
+// and of owner (the one the kernel names in the Release).
+func (h *fileHandle) releaseOwners(owner fuse.LockOwner) {
+	h.mu.Lock()
+	owners := h.owners
+	h.owners = nil
+	h.mu.Unlock()
+	f := h.n.fs
+	for o := range owners {
+		f.ownersMu.Lock()
+		if f.owners[o.key] == o {
+			delete(f.owners, o.key)
+		}
+		f.ownersMu.Unlock()
+		o.close()
+	}
+	if owner != 0 {
+		f.dropOwner(h.key, owner)
+	}
+}
+
+// flockT converts a FUSE lock range (inclusive end, MaxInt64 for "to the
+// end") to a struct flock.
+func flockT(lk fuse.FileLock, typ fuse.LockType) unix.Flock_t {
+	t := unix.Flock_t{Type: int16(typ), Whence: 0, Start: int64(lk.Start)}
+	if lk.End < math.MaxInt64 && lk.End >= lk.Start {
+		t.Len = int64(lk.End-lk.Start) + 1
+	}
+	return t
+}
+
+// try makes one non-blocking attempt at a lock request; a conflict is EAGAIN.
+func (h *fileHandle) try(req *fuse.LockRequest) error {
+	if req.LockFlags&fuse.LockFlock != 0 {
+		var how int
+		switch req.Lock.Type {
+		case fuse.LockRead:
+			how = unix.LOCK_SH | unix.LOCK_NB
+		case fuse.LockWrite:
+			how = unix.LOCK_EX | unix.LOCK_NB
+		case fuse.LockUnlock:
+			how = unix.LOCK_UN
+		default:
+			return syscall.EINVAL
+		}
+		return unix.Flock(h.of.fd, how)
+	}
+	lk := flockT(req.Lock, req.Lock.Type)
+	if req.Lock.Type == fuse.LockUnlock {
+		h.n.fs.ownersMu.Lock()
+		o := h.n.fs.owners[ownerKey{inode: h.key, owner: req.LockOwner}]
+		h.n.fs.ownersMu.Unlock()
+		if o == nil {
+			return nil // nothing held
+		}
+		_, err := o.do(func(fd int) error { return unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk) })
+		return err
+	}
+	for {
+		o, err := h.ownerFor(req.LockOwner)
+		if err != nil {
+			return err
+		}
+		ok, err := o.do(func(fd int) error { return unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk) })
+		if !ok {
+			continue // closed by a concurrent Flush: a fresh one
+		}
+		if err == nil {
+			o.pid.Store(req.Lock.PID)
+		}
+		return err
+	}
+}
+
+// lockErr maps the result of an attempt to the errno the caller sees.
+func (h *fileHandle) lockErr(op string, err error) error {
+	switch err {
+	case nil:
+		return nil
+	case unix.EAGAIN, unix.EACCES:
+		return syscall.EAGAIN
+	}
+	return h.n.fs.fail(op, h.n.path(), err)
+}
+
+// Lock takes a lock without waiting (LOCK_NB, F_SETLK).
+func (h *fileHandle) Lock(ctx context.Context, req *fuse.LockRequest) error {
+	return h.lockErr("lock", h.try(req))
+}
+
+// Lock backoff bounds (see the comment at the top of the file).
+const (
+	lockPollMin = time.Millisecond
+	lockPollMax = 50 * time.Millisecond
+)
+
+// LockWait takes a lock, waiting until it is free or ctx ends (EINTR).
+func (h *fileHandle) LockWait(ctx context.Context, req *fuse.LockWaitRequest) error {
+	r := (*fuse.LockRequest)(req)
+	delay := lockPollMin
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		err := h.try(r)
+		if err != unix.EAGAIN && err != unix.EACCES {
+			return h.lockErr("lockwait", err)
+		}
+		// Jitter in [delay/2, delay): waiters do not poll in step.
+		d := delay/2 + rand.N(delay/2+1)
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+			return syscall.EINTR
+		case <-timer.C:
+		}
+		if delay *= 2; delay > lockPollMax {
+			delay = lockPollMax
+		}
+	}
+}
+
+// Unlock releases a lock or part of a byte range.
+func (h *fileHandle) Unlock(ctx context.Context, req *fuse.UnlockRequest) error {
+	r := *(*fuse.LockRequest)(req)
+	r.Lock.Type = fuse.LockUnlock
+	return h.lockErr("unlock", h.try(&r))
+}
+
+// QueryLock answers F_GETLK: a lock that would conflict with the request,
+// as the backing file's lock table sees it from the requesting owner.
+func (h *fileHandle) QueryLock(ctx context.Context, req *fuse.QueryLockRequest, resp *fuse.QueryLockResponse) error {
+	f := h.n.fs
+	lk := flockT(req.Lock, req.Lock.Type)
+	f.ownersMu.Lock()
+	o := f.owners[ownerKey{inode: h.key, owner: req.LockOwner}]
+	f.ownersMu.Unlock()
+	query := func(fd int) error { return unix.FcntlFlock(uintptr(fd), unix.F_OFD_GETLK, &lk) }
+	ok := false
+	var err error
+	if o != nil {
+		ok, err = o.do(query)
+	}
+	if !ok {
+		// The owner holds nothing: any new description sees every lock.
+		var fd int
+		if fd, err = reopen(h.of.fd, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY); err == nil {
+			err = query(fd)
+			closeFd(fd)
+		}
+	}
+	if err != nil {
+		return f.fail("getlk", h.n.path(), err)
+	}
+	if lk.Type == unix.F_UNLCK {
+		return nil // resp is prefilled with F_UNLCK
+	}
+	end := uint64(math.MaxInt64)
+	if lk.Len > 0 {
+		end = uint64(lk.Start + lk.Len - 1)
+	}
+	pid := lk.Pid
+	if pid <= 0 {
+		// An OFD lock: one of our owners (or an OFD lock taken on
+		// SOURCE directly, which has no pid).
+		pid = f.ofdHolder(h.key, req.LockOwner, lk)
+	}
+	resp.Lock = fuse.FileLock{Start: uint64(lk.Start), End: end, Type: fuse.LockType(lk.Type), PID: pid}
+	return nil
+}
+
+// ofdHolder returns the pid of the process whose owner holds the OFD lock
+// lk on inode, found in /proc/self/fdinfo of the owners' descriptors, or 0.
+func (f *FS) ofdHolder(inode inodeKey, except fuse.LockOwner, lk unix.Flock_t) int32 {
+	f.ownersMu.Lock()
+	var cands []*fileLockOwner
+	for k, o := range f.owners {
+		if k.inode == inode && k.owner != except {
+			cands = append(cands, o)
+		}
+	}
+	f.ownersMu.Unlock()
+	want := []string{strconv.FormatInt(lk.Start, 10), "EOF"}
+	if lk.Len > 0 {
+		want[1] = strconv.FormatInt(lk.Start+lk.Len-1, 10)
+	}
+	typ := "WRITE"
+	if lk.Type == unix.F_RDLCK {
+		typ = "READ"
+	}
+	for _, o := range cands {
+		found := false
+		_, _ = o.do(func(fd int) error {
+			found = fdHoldsLock(fd, typ, want[0], want[1])
+			return nil
+		})
+		if found {
+			return o.pid.Load()
+		}
+	}
+	return 0
+}
+
+// fdHoldsLock reports whether /proc/self/fdinfo/FD lists a lock of type typ
+// over start..end ("lock:\t1: OFDLCK ADVISORY  WRITE -1 fe:00:123 10 14").
+func fdHoldsLock(fd int, typ, start, end string) bool {
+	fi, err := os.Open(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
+	if err != nil {
+		return false
+	}
+	defer fi.Close()
+	sc := bufio.NewScanner(fi)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "lock:")
+		if !ok {
+			continue
+		}
+		fs := strings.Fields(rest)
+		if len(fs) >= 8 && fs[3] == typ && fs[6] == start && fs[7] == end {
+			return true
+		}
+	}
+	return false
+}

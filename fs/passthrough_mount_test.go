@@ -1,0 +1,147 @@
+package fs
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"bazil.org/fuse"
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+)
+
+// The passthrough tests mount lockfs in process over a fresh SOURCE, with
+// no lock engine (they never lock a control file), and drive the mount
+// with ordinary system calls and real processes.
+
+// ptMount is one mounted passthrough.
+type ptMount struct {
+	t   *testing.T
+	fs  *FS
+	src string // SOURCE
+	mnt string // mount point
+}
+
+// ptLogWriter sends log lines to the test log.
+type ptLogWriter struct{ t *testing.T }
+
+func (w ptLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// ptRequireFUSE skips the test when FUSE is unusable here, and fails it in
+// CI, where it must work.
+func ptRequireFUSE(t *testing.T) {
+	t.Helper()
+	err := func() error {
+		f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		_, err = exec.LookPath("fusermount3")
+		return err
+	}()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("FUSE is unavailable: %v", err)
+		}
+		t.Skipf("FUSE is unavailable: %v", err)
+	}
+}
+
+// newPTMount mounts a fresh SOURCE (mode 0755, reachable by nobody) with
+// allow_other. t.Cleanup unmounts (lazily if busy) and waits for Serve.
+func newPTMount(t *testing.T) *ptMount {
+	t.Helper()
+	ptRequireFUSE(t)
+	src, mnt := t.TempDir(), t.TempDir()
+	if err := os.Chmod(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log := logrus.New()
+	log.Out = ptLogWriter{t}
+	log.Level = logrus.InfoLevel
+	if os.Getenv("LOCKFS_TEST_DEBUG") != "" {
+		log.Level = logrus.DebugLevel
+	}
+	f, err := New(Config{Source: src, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := fuse.Mount(mnt, MountOptions("lockfs-test", true)...)
+	if err != nil {
+		f.Close()
+		if os.Getenv("CI") != "true" {
+			t.Skipf("mount: %v", err)
+		}
+		t.Fatalf("mount: %v", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- Serve(conn, f) }()
+	t.Cleanup(func() {
+		unmounted := false
+		for i := 0; i < 20 && !unmounted; i++ {
+			if err := fuse.Unmount(mnt); err == nil {
+				unmounted = true
+			} else {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		if !unmounted {
+			if out, err := exec.Command("fusermount3", "-uz", mnt).CombinedOutput(); err != nil {
+				t.Errorf("fusermount3 -uz %s: %v: %s", mnt, err, out)
+			}
+		}
+		select {
+		case err := <-served:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("Serve did not return after unmount")
+		}
+		conn.Close()
+		if err := f.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	pollProbe(t, src, mnt)
+	return &ptMount{t: t, fs: f, src: src, mnt: mnt}
+}
+
+// pollProbe makes the kernel ask once to poll a regular file of the fresh
+// mount, hear ENOSYS (fileHandle.Poll) and never ask again on this mount.
+//
+// Without it, an in-process mount can deadlock: Go registers every file
+// that os.Open opens with epoll, and the runtime makes that epoll_ctl call
+// without leaving its P, so the goroutine waits in the kernel for the poll
+// answer while holding a P; a garbage collection then waits forever for
+// that P to stop, and the server goroutines that would answer are stopped.
+// The probe uses open(2) and poll(2) through package unix, which do leave
+// the P, so the server can answer it.
+func pollProbe(t *testing.T, src, mnt string) {
+	t.Helper()
+	const name = "lockfs-poll-probe"
+	if err := os.WriteFile(src+"/"+name, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(src + "/" + name)
+	fd, err := unix.Open(mnt+"/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("poll probe: open: %v", err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0); err != nil {
+		t.Fatalf("poll probe: poll: %v", err)
+	}
+}
+
+// m returns the path of rel on the mount.
+func (m *ptMount) m(rel string) string { return m.mnt + "/" + rel }
+
+// s returns the path of rel in SOURCE.
+func (m *ptMount) s(rel string) string { return m.src + "/" + rel }
