@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -135,4 +136,61 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// critical is the resource the multi-host tests protect. It counts the
+// holders inside, flags an exclusive holder that is not alone, and checks
+// the fencing rule: an exclusive grant's token is above every token that
+// entered before it, and every grant's token is above every exclusive
+// token that entered before it.
+type critical struct {
+	mu                   sync.Mutex
+	exclusive, shared    int
+	maxTok, maxExclusive uint64
+	entries              int
+	violations           []string
+}
+
+func (c *critical) enter(who string, mode lockmgr.Mode, tok uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entries++
+	if mode == lockmgr.Exclusive {
+		c.exclusive++
+	} else {
+		c.shared++
+	}
+	if c.exclusive > 1 || (c.exclusive == 1 && c.shared > 0) {
+		c.violations = append(c.violations, fmt.Sprintf("%s entered %v: %d exclusive and %d shared inside", who, mode, c.exclusive, c.shared))
+	}
+	if tok <= c.maxExclusive || (mode == lockmgr.Exclusive && tok <= c.maxTok) {
+		c.violations = append(c.violations, fmt.Sprintf("%s entered %v with token %#x; highest before %#x, highest exclusive %#x", who, mode, tok, c.maxTok, c.maxExclusive))
+	}
+	c.maxTok = max(c.maxTok, tok)
+	if mode == lockmgr.Exclusive {
+		c.maxExclusive = max(c.maxExclusive, tok)
+	}
+}
+
+func (c *critical) exit(mode lockmgr.Mode) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if mode == lockmgr.Exclusive {
+		c.exclusive--
+	} else {
+		c.shared--
+	}
+}
+
+func (c *critical) check(t *testing.T) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, v := range c.violations {
+		if i == 10 {
+			t.Errorf("... and %d more", len(c.violations)-10)
+			break
+		}
+		t.Error(v)
+	}
 }

@@ -54,6 +54,9 @@ type lease struct {
 	// is lastSent + TTL - Margin: the end of this host's vouching.
 	// INVARIANT: validUntil == lastSent + cfg.vouch(). GUARDED_BY(mu)
 	lastSent, validUntil time.Duration
+	// upgrading: a Convert to exclusive is waiting; the entry says so.
+	// GUARDED_BY(mu)
+	upgrading bool
 	// refreshDue is when the next refresh should start; refreshing says a
 	// refresh goroutine is running. GUARDED_BY(mu)
 	refreshDue time.Duration
@@ -200,13 +203,16 @@ func (l *lease) convert(ctx context.Context, mode lockmgr.Mode, wait bool) error
 	if mode == lockmgr.Shared {
 		return l.update(ctx, updateOpts{change: func(rec *record, e *entry) { e.Mode = modeName(lockmgr.Shared) }})
 	}
+	defer l.setUpgrading(false)
 	poll := l.b.newBackoff(pollMin, pollMax)
 	lastGen := int64(-1)
+	marked := false
 	for {
 		err := l.update(ctx, updateOpts{judge: lockmgr.Exclusive, change: func(rec *record, e *entry) {
 			rec.Epoch++
 			e.Epoch = rec.Epoch
 			e.Mode = modeName(lockmgr.Exclusive)
+			e.Upgrading = false
 		}})
 		var blocked *errBlocked
 		if !errors.As(err, &blocked) {
@@ -214,6 +220,20 @@ func (l *lease) convert(ctx context.Context, mode lockmgr.Mode, wait bool) error
 		}
 		if !wait {
 			return lockmgr.ErrWouldBlock
+		}
+		if !marked {
+			// Say that we wait to upgrade, so that another host doing the
+			// same sees the deadlock.
+			l.setUpgrading(true)
+			if err := l.update(ctx, updateOpts{}); err != nil {
+				return err
+			}
+			marked = true
+			continue
+		}
+		if rival := l.outranked(blocked.v.blockers); rival != nil {
+			return fmt.Errorf("%w: host %q, holding %s shared too, waits to upgrade and has the older claim",
+				lockmgr.ErrDeadlock, rival.Host, l.id)
 		}
 		if blocked.gen != lastGen {
 			poll.reset()
@@ -227,6 +247,28 @@ func (l *lease) convert(ctx context.Context, mode lockmgr.Mode, wait bool) error
 			return err
 		}
 	}
+}
+
+func (l *lease) setUpgrading(on bool) {
+	l.mu.Lock()
+	l.upgrading = on
+	l.mu.Unlock()
+}
+
+// outranked returns a blocker that also holds the lock shared, also waits
+// to upgrade, and has priority over this claim: waiting for it would be a
+// deadlock that this claim must break by giving way. Nil if there is none.
+func (l *lease) outranked(blockers []entry) *entry {
+	l.mu.Lock()
+	self := entry{Claim: l.claim, Epoch: l.epoch}
+	l.mu.Unlock()
+	for i := range blockers {
+		b := &blockers[i]
+		if b.Upgrading && b.mode() == lockmgr.Shared && b.outranks(&self) {
+			return b
+		}
+	}
+	return nil
 }
 
 // NextToken returns the next fencing token: the claim's epoch shifted left
@@ -344,7 +386,7 @@ func (l *lease) update(ctx context.Context, o updateOpts) error {
 		l.mu.Unlock()
 		return err
 	}
-	mode, epoch, seq, until := l.mode, l.epoch, l.seq+1, l.validUntil
+	mode, epoch, seq, until, upgrading := l.mode, l.epoch, l.seq+1, l.validUntil, l.upgrading
 	l.mu.Unlock()
 	if o.unbounded {
 		until = 0
@@ -364,7 +406,7 @@ func (l *lease) update(ctx context.Context, o updateOpts) error {
 		}
 		// Write the claim as this lease holds it: an upgrade abandoned
 		// in flight may have landed, and is undone here.
-		e.Seq, e.Mode, e.Epoch = seq, modeName(mode), epoch
+		e.Seq, e.Mode, e.Epoch, e.Upgrading = seq, modeName(mode), epoch, upgrading
 		e.Refreshed = l.b.wallNow()
 		if o.change != nil {
 			o.change(rec, e)

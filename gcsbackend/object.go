@@ -65,6 +65,10 @@ type entry struct {
 	// Epoch is the record's epoch when this claim was granted or last
 	// strengthened; the holder's tokens are Epoch<<20 | a local counter.
 	Epoch uint64 `json:"epoch"`
+	// Upgrading says the holder, holding the claim shared, waits to make it
+	// exclusive. Two such holders block each other for ever; the younger
+	// claim gives way (see Convert).
+	Upgrading bool `json:"upgrading,omitempty"`
 	// TTLMillis is the holder's TTL, for people.
 	TTLMillis int64 `json:"ttl_ms"`
 	// StaleMillis is how long others must see Seq unchanged before they may
@@ -90,6 +94,15 @@ func (e *entry) mode() lockmgr.Mode {
 
 func (e *entry) staleAfter() time.Duration {
 	return time.Duration(e.StaleMillis) * time.Millisecond
+}
+
+// outranks reports whether e's claim has priority over other's in an
+// upgrade deadlock: the older claim (lower epoch; then lower claim id) wins.
+func (e *entry) outranks(other *entry) bool {
+	if e.Epoch != other.Epoch {
+		return e.Epoch < other.Epoch
+	}
+	return e.Claim < other.Claim
 }
 
 // find returns the entry of claim, or nil.
