@@ -197,7 +197,7 @@ func (b *Backend) claimCall(ctx context.Context, id lockmgr.LockID, mode lockmgr
 
 // claim runs the claim protocol: read, judge, write; poll while blocked.
 func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, name, claim string, mode lockmgr.Mode, wait bool) (*lease, error) {
-	poll := b.newBackoff(pollMin, pollMax)
+	poll := b.newPoll()
 	lastGen := int64(-1)
 	for {
 		var takeovers int

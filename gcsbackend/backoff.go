@@ -37,6 +37,14 @@ func (bo *backoff) next() time.Duration {
 // reset starts over from min.
 func (bo *backoff) reset() { bo.d = bo.min }
 
+// newPoll returns a waiter's backoff: from pollMin up to pollMax, or an
+// eighth of the stale period if that is less, so that a waiter notices a
+// holder's last refresh within a small part of the time it then waits for
+// it to turn stale.
+func (b *Backend) newPoll() *backoff {
+	return b.newBackoff(pollMin, max(pollMin, min(pollMax, b.cfg.staleAfter()/8)))
+}
+
 // sleep waits d on the backend's clock, or until ctx ends.
 func (b *Backend) sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {

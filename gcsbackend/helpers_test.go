@@ -163,7 +163,9 @@ func (c *critical) enter(who string, mode lockmgr.Mode, tok uint64) {
 	if c.exclusive > 1 || (c.exclusive == 1 && c.shared > 0) {
 		c.violations = append(c.violations, fmt.Sprintf("%s entered %v: %d exclusive and %d shared inside", who, mode, c.exclusive, c.shared))
 	}
-	if tok <= c.maxExclusive || (mode == lockmgr.Exclusive && tok <= c.maxTok) {
+	if tok == 0 {
+		// Not this lock's token: skip the fencing check.
+	} else if tok <= c.maxExclusive || (mode == lockmgr.Exclusive && tok <= c.maxTok) {
 		c.violations = append(c.violations, fmt.Sprintf("%s entered %v with token %#x; highest before %#x, highest exclusive %#x", who, mode, tok, c.maxTok, c.maxExclusive))
 	}
 	c.maxTok = max(c.maxTok, tok)

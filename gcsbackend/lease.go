@@ -204,7 +204,7 @@ func (l *lease) convert(ctx context.Context, mode lockmgr.Mode, wait bool) error
 		return l.update(ctx, updateOpts{change: func(rec *record, e *entry) { e.Mode = modeName(lockmgr.Shared) }})
 	}
 	defer l.setUpgrading(false)
-	poll := l.b.newBackoff(pollMin, pollMax)
+	poll := l.b.newPoll()
 	lastGen := int64(-1)
 	marked := false
 	for {

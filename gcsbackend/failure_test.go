@@ -1,0 +1,209 @@
+package gcsbackend_test
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockfs/lockfs/gcsbackend"
+	"github.com/lockfs/lockfs/gcsbackend/faultproxy"
+	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// A host killed with SIGKILL while holding two locks: one is awaited by a
+// host that watched the lease before the kill, the other polled with
+// non-blocking claims (flock -n in a loop) by a host that first looks after
+// it. Both get their lock after the TTL and within TTL + 2s of the kill,
+// never before.
+func TestCrashTakeover(t *testing.T) {
+	leakCheck(t)
+	emu := gcstest.Start(t)
+	prefix := "test/" + t.Name() + "/"
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "GCSBACKEND_HELPER=hold", "GCSBACKEND_BUCKET="+emu.Bucket,
+		"GCSBACKEND_PREFIX="+prefix, "GCSBACKEND_ENDPOINT="+emu.Endpoint(),
+		"GCSBACKEND_TTL="+testTTL.String(), "GCSBACKEND_LOCKS=x,y")
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(out).ReadString('\n')
+		line <- s
+	}()
+	select {
+	case s := <-line:
+		if s != "held\n" {
+			t.Fatalf("helper said %q", s)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("helper did not take its locks")
+	}
+
+	withPrefix := func(c *gcsbackend.Config) { c.Prefix = prefix }
+	watcher := newBackend(t, emu, withPrefix)
+	ctx := ctxT(t, 60*time.Second)
+	if _, err := watcher.Claim(ctx, dirLock("x"), lockmgr.Exclusive, false); !errors.Is(err, lockmgr.ErrWouldBlock) {
+		t.Fatalf("claim while the other host holds x: %v", err)
+	}
+	var (
+		killed time.Time
+		kmu    sync.Mutex
+	)
+	gotX := make(chan time.Time, 1)
+	go func() {
+		l, err := watcher.Claim(ctx, dirLock("x"), lockmgr.Exclusive, true)
+		if err != nil {
+			t.Error(err)
+			close(gotX)
+			return
+		}
+		gotX <- time.Now()
+		_ = l
+	}()
+	time.Sleep(2 * time.Second) // the watcher sees a couple of refreshes
+	kmu.Lock()
+	killed = time.Now()
+	kmu.Unlock()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+
+	poller := newBackend(t, emu, withPrefix)
+	var gotY time.Time
+	tries := 0
+	for gotY.IsZero() {
+		tries++
+		_, err := poller.Claim(ctx, dirLock("y"), lockmgr.Exclusive, false)
+		switch {
+		case err == nil:
+			gotY = time.Now()
+		case errors.Is(err, lockmgr.ErrWouldBlock):
+			if time.Since(killed) > testTTL+5*time.Second {
+				t.Fatalf("y not taken over %v after the kill", time.Since(killed))
+			}
+			time.Sleep(200 * time.Millisecond)
+		default:
+			t.Fatal(err)
+		}
+	}
+	tx, ok := <-gotX
+	if !ok {
+		t.FailNow()
+	}
+	dx, dy := tx.Sub(killed), gotY.Sub(killed)
+	t.Logf("takeover after SIGKILL (TTL %v): %v by the host that watched, %v by a newcomer polling every 200ms (%d tries)",
+		testTTL, dx.Round(time.Millisecond), dy.Round(time.Millisecond), tries)
+	for _, d := range []time.Duration{dx, dy} {
+		if d < testTTL || d > testTTL+2*time.Second {
+			t.Errorf("takeover %v after the kill; want within [TTL, TTL+2s] = [%v, %v]", d, testTTL, testTTL+2*time.Second)
+		}
+	}
+	if s := watcher.Stats(); s.Takeovers != 1 {
+		t.Errorf("watcher removed %d stale claims, want 1", s.Takeovers)
+	}
+}
+
+// A host cut off from GCS (every request hangs, as for a frozen or
+// partitioned daemon) marks its lease lost TTL-margin after its last
+// refresh was sent: Done closes, the engine marks the hold lost, tells
+// OnLoss, and lock calls on it fail with ErrLeaseLost. Only later does the
+// other host get the lock, with a higher token; and the cut-off host,
+// reconnected, releases its lost hold without disturbing the new holder.
+func TestPartitionedHostLosesLease(t *testing.T) {
+	leakCheck(t)
+	emu := gcstest.Start(t)
+	px, err := faultproxy.New(emu.URL, 1, faultproxy.Faults{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	ba := newBackend(t, emu, func(c *gcsbackend.Config) { c.Endpoint = gcstest.Endpoint(px.URL) })
+	lost := make(chan lockmgr.LostHold, 4)
+	var lostAt time.Time
+	ea := newEngine(t, ba, func(h lockmgr.LostHold) {
+		if lostAt.IsZero() {
+			lostAt = time.Now()
+		}
+		lost <- h
+	})
+	eb := newEngine(t, newBackend(t, emu, nil), nil)
+	ctx := ctxT(t, 60*time.Second)
+
+	ga, err := ea.Acquire(ctx, request("p", lockmgr.Exclusive, 1, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan lockmgr.Grant, 1)
+	var grantedAt time.Time
+	go func() {
+		g, err := eb.Acquire(ctx, request("p", lockmgr.Exclusive, 2, true))
+		if err != nil {
+			t.Error(err)
+		}
+		grantedAt = time.Now()
+		granted <- g
+	}()
+	expectNoGrant(t, granted, 1500*time.Millisecond)
+	cut := time.Now()
+	px.SetBlackhole(true)
+
+	var h lockmgr.LostHold
+	select {
+	case h = <-lost:
+	case <-time.After(testTTL):
+		t.Fatal("the cut-off host did not mark its hold lost within the TTL")
+	}
+	t.Logf("cut-off host lost %s %v after the cut", h.Lock, time.Since(cut).Round(time.Millisecond))
+	if !errors.Is(h.Err, lockmgr.ErrLeaseLost) {
+		t.Errorf("loss cause %v", h.Err)
+	}
+	if _, err := ea.Acquire(ctx, request("p", lockmgr.Exclusive, 1, false)); !errors.Is(err, lockmgr.ErrLeaseLost) {
+		t.Errorf("lock call on the lost hold: %v, want ErrLeaseLost", err)
+	}
+	var gb lockmgr.Grant
+	select {
+	case gb = <-granted:
+	case <-time.After(2 * testTTL):
+		t.Fatal("the other host was not granted")
+	}
+	t.Logf("other host granted %v after the cut, %v after the loss; tokens %#x -> %#x",
+		grantedAt.Sub(cut).Round(time.Millisecond), grantedAt.Sub(lostAt).Round(time.Millisecond), ga.Token, gb.Token)
+	if !grantedAt.After(lostAt) {
+		t.Errorf("granted at %v, before the holder knew its loss at %v", grantedAt, lostAt)
+	}
+	if gb.Token <= ga.Token {
+		t.Errorf("new holder's token %#x not above the lost holder's %#x", gb.Token, ga.Token)
+	}
+	px.SetBlackhole(false)
+	if err := ea.Release(ctx, dirLock("p"), ownerOf(1)); err != nil {
+		t.Errorf("release of the lost hold: %v", err)
+	}
+	// The new holder keeps the lock.
+	if _, err := ea.Acquire(ctx, request("p", lockmgr.Shared, 3, false)); !errors.Is(err, lockmgr.ErrWouldBlock) {
+		t.Errorf("after the lost host's release: %v, want ErrWouldBlock", err)
+	}
+}
+
+func expectNoGrant(t *testing.T, c <-chan lockmgr.Grant, d time.Duration) {
+	t.Helper()
+	select {
+	case <-c:
+		t.Fatal("granted while another host holds the lock")
+	case <-time.After(d):
+	}
+}

@@ -1,0 +1,78 @@
+package gcsbackend_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lockfs/lockfs/gcsbackend"
+	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// Wall clocks offset by ±2×TTL between two hosts change nothing: the other
+// host never gets the lock while its holder refreshes, and gets it after
+// the TTL, within TTL + 2s, once the holder crashes. The control turns on a
+// design that judges expiry by comparing the holder's wall-clock timestamp
+// with the local wall clock: with the same offsets it grants the lock at
+// once, and the test sees it.
+func TestClockOffsetChangesNothing(t *testing.T) {
+	leakCheck(t)
+	emu := gcstest.Start(t)
+	for _, tc := range []struct {
+		name         string
+		holder, peer time.Duration
+		unsafe       bool
+	}{
+		{"holder behind", -2 * testTTL, 2 * testTTL, false},
+		{"holder ahead", 2 * testTTL, -2 * testTTL, false},
+		{"control wall-clock expiry", -2 * testTTL, 2 * testTTL, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newBackend(t, emu, func(c *gcsbackend.Config) { c.ClockOffset = tc.holder })
+			b := newBackend(t, emu, func(c *gcsbackend.Config) { c.ClockOffset = tc.peer })
+			b.SetUnsafeWallExpiry(tc.unsafe)
+			ctx := ctxT(t, 30*time.Second)
+			id := dirLock("skew")
+			if _, err := a.Claim(ctx, id, lockmgr.Exclusive, false); err != nil {
+				t.Fatal(err)
+			}
+			violated := false
+			for i := 0; i < 15 && !violated; i++ {
+				l, err := b.Claim(ctx, id, lockmgr.Exclusive, false)
+				switch {
+				case err == nil:
+					violated = true
+					l.Release(ctx)
+				case !errors.Is(err, lockmgr.ErrWouldBlock):
+					t.Fatal(err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if violated != tc.unsafe {
+				t.Fatalf("peer granted while the holder refreshes: %v, want %v", violated, tc.unsafe)
+			}
+			if tc.unsafe {
+				t.Log("control: wall-clock expiry granted the lock to the peer while the holder held it")
+				return
+			}
+			crashed := time.Now()
+			a.Crash()
+			for {
+				_, err := b.Claim(ctx, id, lockmgr.Exclusive, false)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, lockmgr.ErrWouldBlock) {
+					t.Fatal(err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			d := time.Since(crashed)
+			t.Logf("taken over %v after the crash", d.Round(time.Millisecond))
+			if d < testTTL || d > testTTL+2*time.Second {
+				t.Errorf("taken over %v after the crash; want within [%v, %v]", d, testTTL, testTTL+2*time.Second)
+			}
+		})
+	}
+}
