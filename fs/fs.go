@@ -86,8 +86,8 @@ const (
 // FS is one mount: the passthrough of Config.Source and, through
 // control.go, the control files. It implements bazil's fusefs.FS.
 //
-// LOCK ORDERING: nodesMu, treeMu, node.mu, fileHandle.mu, ownersMu and
-// fileLockOwner.mu are leaves: none is held while taking another, except
+// LOCK ORDERING: nodesMu, treeMu, staleMu, node.mu, fileHandle.mu,
+// ownersMu and fileLockOwner.mu are leaves: none is held while taking another, except
 // fileHandle.mu → ownersMu (filelock.go). None is held across a syscall
 // that can block for long (each is held at most across a non-blocking
 // fcntl, dup or close).
@@ -122,6 +122,12 @@ type FS struct {
 	// treeMu guards the links (parent directory and name) of every
 	// passthrough node.
 	treeMu sync.RWMutex
+
+	// staleMu guards stale.
+	staleMu sync.Mutex
+	// stale maps a path to when it was last answered ESTALE (node.go).
+	// GUARDED_BY(staleMu)
+	stale map[string]time.Time
 
 	// ownersMu guards owners.
 	ownersMu sync.Mutex
@@ -164,6 +170,7 @@ func New(cfg Config) (*FS, error) {
 		asRoot: os.Geteuid() == 0,
 		nodes:  make(map[inodeKey]passNode),
 		owners: make(map[ownerKey]*fileLockOwner),
+		stale:  make(map[string]time.Time),
 	}
 	f.root = &Dir{node: node{fs: f, key: keyOf(&st), ftype: unix.S_IFDIR}}
 	f.nodes[f.root.key] = f.root

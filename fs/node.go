@@ -5,7 +5,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,9 +54,6 @@ type node struct {
 	links []link
 
 	// Mutable state
-
-	// seen is when the node was last found by a lookup (UnixNano).
-	seen atomic.Int64
 
 	mu sync.Mutex
 	// open holds the backing descriptors of the node's open handles.
@@ -202,9 +198,7 @@ func (f *FS) nodeFor(st *unix.Stat_t, dir *Dir, name string) passNode {
 		f.nodes[key] = n
 	}
 	f.nodesMu.Unlock()
-	b := n.base()
-	b.seen.Store(time.Now().UnixNano())
-	b.addLink(dir, name)
+	n.base().addLink(dir, name)
 	return n
 }
 
@@ -297,25 +291,43 @@ func (n *node) openByName(flags int) (int, error) {
 		}
 		closeFd(fd)
 	}
-	return -1, n.staleErr()
+	return -1, n.fs.staleErr(n.path())
 }
 
-// staleWindow: a node found stale within this time of its last lookup is
-// on a name that changes faster than the kernel can look it up.
+// staleWindow: a path found stale again within this time of the last
+// ESTALE for it is the kernel's retry losing the race again.
 const staleWindow = 100 * time.Millisecond
 
 // staleErr is the error for a node none of whose names leads to its inode
-// any more (it was removed or replaced in SOURCE behind the kernel's
-// cache). ESTALE makes the kernel look the path up again and retry the
-// call once; a node that is stale although it was looked up just now is
-// most likely that retry, losing the race again, and gets ENOENT, which
-// programs expect of a file that vanished, instead of a second ESTALE.
-func (n *node) staleErr() error {
-	if time.Since(time.Unix(0, n.seen.Load())) < staleWindow {
+// any more (it was removed or replaced in SOURCE behind the kernel's cache),
+// p being its newest path. ESTALE makes the kernel look the path up again
+// and retry the call once. If p was answered ESTALE moments ago, this is
+// most likely that retry, losing a race with a name that changes faster
+// than the kernel can look it up; it gets ENOENT, which programs expect of
+// a file that vanished, instead of an ESTALE they would see.
+func (f *FS) staleErr(p string) error {
+	now := time.Now()
+	f.staleMu.Lock()
+	defer f.staleMu.Unlock()
+	if at, ok := f.stale[p]; ok && now.Sub(at) < staleWindow {
 		return syscall.ENOENT
 	}
+	if len(f.stale) >= maxStale {
+		for q, at := range f.stale {
+			if now.Sub(at) >= staleWindow {
+				delete(f.stale, q)
+			}
+		}
+		if len(f.stale) >= maxStale {
+			clear(f.stale)
+		}
+	}
+	f.stale[p] = now
 	return syscall.ESTALE
 }
+
+// maxStale bounds the paths staleErr remembers.
+const maxStale = 1024
 
 // withFd calls fn with a descriptor of n's inode: a duplicate of an open
 // handle's descriptor if there is one (exact even for an unlinked file),

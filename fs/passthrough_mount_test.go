@@ -3,7 +3,9 @@ package fs
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +24,29 @@ type ptMount struct {
 	fs  *FS
 	src string // SOURCE
 	mnt string // mount point
+	// msgs counts the log messages of the mount by text.
+	msgs *msgCounter
+}
+
+// msgCounter is a logrus hook that counts messages by text.
+type msgCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *msgCounter) Levels() []logrus.Level { return logrus.AllLevels }
+
+func (c *msgCounter) Fire(e *logrus.Entry) error {
+	c.mu.Lock()
+	c.n[e.Message]++
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *msgCounter) count(msg string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[msg]
 }
 
 // ptLogWriter sends log lines to the test log.
@@ -57,17 +82,28 @@ func ptRequireFUSE(t *testing.T) {
 // allow_other. t.Cleanup unmounts (lazily if busy) and waits for Serve.
 func newPTMount(t *testing.T) *ptMount {
 	t.Helper()
-	ptRequireFUSE(t)
 	src, mnt := t.TempDir(), t.TempDir()
-	if err := os.Chmod(src, 0o755); err != nil {
-		t.Fatal(err)
+	// Let processes run as nobody reach both.
+	for _, d := range []string{src, filepath.Dir(src), filepath.Dir(mnt)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
+	return newPTMountAt(t, src, mnt)
+}
+
+// newPTMountAt mounts the existing directory src at the existing mnt.
+func newPTMountAt(t *testing.T, src, mnt string) *ptMount {
+	t.Helper()
+	ptRequireFUSE(t)
 	log := logrus.New()
 	log.Out = ptLogWriter{t}
 	log.Level = logrus.InfoLevel
 	if os.Getenv("LOCKFS_TEST_DEBUG") != "" {
 		log.Level = logrus.DebugLevel
 	}
+	msgs := &msgCounter{n: map[string]int{}}
+	log.AddHook(msgs)
 	f, err := New(Config{Source: src, Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +146,7 @@ func newPTMount(t *testing.T) *ptMount {
 		}
 	})
 	pollProbe(t, src, mnt)
-	return &ptMount{t: t, fs: f, src: src, mnt: mnt}
+	return &ptMount{t: t, fs: f, src: src, mnt: mnt, msgs: msgs}
 }
 
 // pollProbe makes the kernel ask once to poll a regular file of the fresh
