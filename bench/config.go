@@ -1,0 +1,138 @@
+package bench
+
+import (
+	"errors"
+	"io"
+	"time"
+)
+
+// Config sizes a run. DefaultConfig is `make bench`; SmokeConfig is the
+// tiny run of TestSmoke.
+type Config struct {
+	// Reps is how many repetitions each comparison runs (at least 5 for a
+	// real run: every figure is a min/median/max over them).
+	Reps int
+
+	// PairOps is the number of flock EX+UN pairs per repetition and side.
+	PairOps int
+	// CycleOps is the number of open+flock+close cycles per repetition.
+	CycleOps int
+
+	// HandoffProcs is the number of processes taking turns on one lock;
+	// HandoffRounds how many grants each takes through lockfs, and
+	// PollRounds how many through the polling loop; HandoffHold how long
+	// each grant is held; PollInterval the polling loop's sleep.
+	HandoffProcs  int
+	HandoffRounds int
+	PollRounds    int
+	HandoffHold   time.Duration
+	PollInterval  time.Duration
+
+	// HeldLocks is the number of locks held for the RSS figure and the
+	// "many held" side of the acquire comparison; HeldBase the number
+	// held on the other side.
+	HeldLocks int
+	HeldBase  int
+
+	// SeqBytes is the size of the sequential read/write file.
+	SeqBytes int64
+
+	// MetaOps is the number of create+stat+unlink cycles per repetition.
+	MetaOps int
+
+	// DisjointProcs are the process counts of the disjoint-lock throughput
+	// runs, each DisjointDur long.
+	DisjointProcs []int
+	DisjointDur   time.Duration
+
+	// GCSTTL is the lease TTL of the GCS runs (the refresh interval is the
+	// backend's default, TTL/3); GCSHoldTTLs how many TTLs one lock is held
+	// while refreshes are counted; GCSReps the number of repetitions of the
+	// counts and of the takeover.
+	GCSTTL      time.Duration
+	GCSHoldTTLs int
+	GCSReps     int
+
+	// Only, if set, limits the run to the named measurements (see
+	// Measurements).
+	Only []string
+
+	// WorkDir is where the run's temporary directory is made (default: the
+	// system's temporary directory). It must be on a local disk: SOURCE
+	// trees live there.
+	WorkDir string
+
+	// Log receives progress lines. Nil discards them.
+	Log io.Writer
+
+	// Smoke marks a run whose figures mean nothing (tiny sizes).
+	Smoke bool
+}
+
+// DefaultConfig is the configuration of `make bench`: about 5–8 minutes on
+// a two-core VM.
+func DefaultConfig() Config {
+	return Config{
+		Reps:          5,
+		PairOps:       3000,
+		CycleOps:      1500,
+		HandoffProcs:  8,
+		HandoffRounds: 40,
+		PollRounds:    12,
+		HandoffHold:   time.Millisecond,
+		PollInterval:  50 * time.Millisecond,
+		HeldLocks:     100000,
+		HeldBase:      100,
+		SeqBytes:      256 << 20,
+		MetaOps:       2000,
+		DisjointProcs: []int{1, 2, 4, 8},
+		DisjointDur:   time.Second,
+		GCSTTL:        3 * time.Second,
+		GCSHoldTTLs:   2,
+		GCSReps:       5,
+	}
+}
+
+// SmokeConfig is every measurement at tiny sizes, one repetition: it
+// proves the harness works, not how fast anything is.
+func SmokeConfig() Config {
+	return Config{
+		Reps:          1,
+		PairOps:       20,
+		CycleOps:      10,
+		HandoffProcs:  8,
+		HandoffRounds: 2,
+		PollRounds:    1,
+		HandoffHold:   time.Millisecond,
+		PollInterval:  50 * time.Millisecond,
+		HeldLocks:     300,
+		HeldBase:      10,
+		SeqBytes:      1 << 20,
+		MetaOps:       10,
+		DisjointProcs: []int{1, 2, 4, 8},
+		DisjointDur:   50 * time.Millisecond,
+		GCSTTL:        time.Second,
+		GCSHoldTTLs:   1,
+		GCSReps:       1,
+		Smoke:         true,
+	}
+}
+
+// Validate checks the sizes.
+func (c Config) Validate() error {
+	switch {
+	case c.Reps < 1, c.PairOps < 1, c.CycleOps < 1, c.MetaOps < 1, c.GCSReps < 1:
+		return errors.New("bench: Reps, PairOps, CycleOps, MetaOps and GCSReps must be positive")
+	case c.HandoffProcs < 2 || c.HandoffRounds < 1 || c.PollRounds < 1:
+		return errors.New("bench: a hand-off needs at least 2 processes and 1 round")
+	case c.HeldLocks < 1 || c.HeldBase < 1 || c.HeldBase > c.HeldLocks:
+		return errors.New("bench: need 1 <= HeldBase <= HeldLocks")
+	case c.SeqBytes < 1<<20:
+		return errors.New("bench: SeqBytes must be at least 1 MiB")
+	case len(c.DisjointProcs) == 0 || c.DisjointDur <= 0:
+		return errors.New("bench: DisjointProcs and DisjointDur are required")
+	case c.GCSTTL < 100*time.Millisecond || c.GCSHoldTTLs < 1:
+		return errors.New("bench: GCSTTL must be at least 100ms and GCSHoldTTLs positive")
+	}
+	return nil
+}

@@ -1,0 +1,38 @@
+// Package bench is lockfs's benchmark harness: `make bench` runs it through
+// cmd/lockfs-bench, and TestSmoke runs every measurement at tiny sizes
+// inside `make test` so that it cannot rot.
+//
+// # What it measures
+//
+// Every figure is measured side by side with a reference in the same run,
+// on the same machine: lockfs against a no-op bazil daemon (the FUSE
+// transport floor), against a tmpfs file (the kernel), against a 50 ms
+// polling loop (the protocol lockfs replaces), against SOURCE itself and
+// against go-fuse's loopback file system. The two sides of a comparison
+// run alternately (A B, then B A, ...) within each repetition, and a ratio
+// is computed per repetition, so that the noise of a shared two-core VM
+// hits both sides alike; the reported ratio is the median of the
+// per-repetition ratios, with their minimum and maximum.
+//
+// The load itself comes from separate processes: bench/internal/loadgen
+// (flock loops, hand-offs, held locks, file I/O), built by the harness with
+// `go build` together with bench/internal/noopfs, bench/internal/loopback
+// and cmd/lockfs. The GCS figures are counted in process, with a
+// lockmgr.Engine over gcsbackend, against the fake-gcs-server emulator
+// behind a counting HTTP proxy; the takeover figure kills a holder host
+// (a re-executed copy of the harness binary) with SIGKILL.
+//
+// # Output
+//
+// Run returns Results: named numbers, written as one JSON object
+// (bench/results.json) and printed as a table of
+// name | lockfs | reference | ratio | goal | met?. See docs/BENCHMARKS.md
+// for the definitions of the keys and the latest figures.
+//
+// # Cleanup
+//
+// Every daemon the harness starts is stopped with SIGTERM (SIGKILL after a
+// grace period) and its mount point detached with `fusermount3 -uz`, on
+// success, on error and on panic alike; every helper process is killed and
+// reaped; the work directory is removed.
+package bench

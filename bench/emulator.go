@@ -1,0 +1,206 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// emulatorModule is the GCS emulator, pinned by a tool line in go.mod.
+const emulatorModule = "github.com/fsouza/fake-gcs-server"
+
+// emulatorBinary returns the emulator binary, building it if needed. It
+// shares gcsbackend/gcstest's cache (GOCACHE/lockfs-fakegcs/VERSION) and
+// its build lock, so the module is built once per machine.
+func emulatorBinary(ctx context.Context, modDir string) (string, error) {
+	goOut := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = modDir
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("go %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	version, err := goOut("list", "-m", "-f", "{{.Version}}", emulatorModule)
+	if err != nil {
+		return "", err
+	}
+	cache, err := goOut("env", "GOCACHE")
+	if err != nil || cache == "" || cache == "off" {
+		return "", fmt.Errorf("no Go build cache for the emulator (GOCACHE=%q): %v", cache, err)
+	}
+	dir := filepath.Join(cache, "lockfs-fakegcs", version)
+	bin := filepath.Join(dir, "fake-gcs-server")
+	if isExecutable(bin) {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "build.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	for {
+		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if err != unix.EWOULDBLOCK && err != unix.EINTR {
+			return "", err
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if isExecutable(bin) {
+		return bin, nil
+	}
+	tmp := filepath.Join(dir, fmt.Sprintf("fake-gcs-server.tmp%d", os.Getpid()))
+	defer os.Remove(tmp)
+	if _, err := goOut("build", "-o", tmp, emulatorModule); err != nil {
+		return "", err
+	}
+	return bin, os.Rename(tmp, bin)
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}
+
+// emulator is a running fake-gcs-server with an in-memory store.
+type emulator struct {
+	*background
+	url string // http://127.0.0.1:PORT
+}
+
+// startEmulator starts the emulator on a free loopback port and creates
+// bucket. The caller must stop it.
+func startEmulator(ctx context.Context, bin, logDir, bucket string) (*emulator, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	b, err := startBackground("fake-gcs-server", logDir, bin, "-scheme", "http", "-host", "127.0.0.1",
+		"-port", port, "-backend", "memory", "-public-host", "127.0.0.1:"+port, "-log-level", "warn")
+	if err != nil {
+		return nil, err
+	}
+	e := &emulator{background: b, url: "http://127.0.0.1:" + port}
+	hc := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := hc.Get(e.url + "/_internal/healthcheck")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case <-b.done:
+			return nil, fmt.Errorf("emulator exited at start: %s", b.logTail())
+		case <-ctx.Done():
+			e.stop(time.Second)
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			e.stop(time.Second)
+			return nil, fmt.Errorf("emulator did not answer its health check within 15s: %v", err)
+		}
+	}
+	body := fmt.Sprintf(`{"name":%q}`, bucket)
+	resp, err := hc.Post(e.url+"/storage/v1/b?project=lockfs-bench", "application/json", strings.NewReader(body))
+	if err != nil {
+		e.stop(time.Second)
+		return nil, fmt.Errorf("create bucket: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		e.stop(time.Second)
+		return nil, fmt.Errorf("create bucket: %s", resp.Status)
+	}
+	return e, nil
+}
+
+// countingProxy is a reverse proxy in front of the emulator that counts
+// the requests it forwards: reads (GET, HEAD) and writes (every other
+// method: uploads, patches, deletes).
+type countingProxy struct {
+	url           string // http://127.0.0.1:PORT
+	srv           *http.Server
+	reads, writes atomic.Int64
+}
+
+// requestCounts is a snapshot of a proxy's counters.
+type requestCounts struct{ Reads, Writes int64 }
+
+func (c requestCounts) sub(d requestCounts) requestCounts {
+	return requestCounts{c.Reads - d.Reads, c.Writes - d.Writes}
+}
+
+func (c requestCounts) total() int64 { return c.Reads + c.Writes }
+
+func startCountingProxy(target string) (*countingProxy, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &countingProxy{url: "http://" + l.Addr().String()}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			p.reads.Add(1)
+		default:
+			p.writes.Add(1)
+		}
+		rp.ServeHTTP(w, r)
+	})}
+	go p.srv.Serve(l)
+	return p, nil
+}
+
+func (p *countingProxy) counts() requestCounts {
+	return requestCounts{p.reads.Load(), p.writes.Load()}
+}
+
+// endpoint is the JSON API endpoint through the proxy, as
+// gcsbackend.Config.Endpoint wants it.
+func (p *countingProxy) endpoint() string { return p.url + "/storage/v1/" }
+
+func (p *countingProxy) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := p.srv.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		p.srv.Close()
+	}
+}

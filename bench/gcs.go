@@ -1,0 +1,501 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lockfs/lockfs/gcsbackend"
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// gcsBucket is the emulator bucket the GCS measurements use.
+const gcsBucket = "lockfs-bench"
+
+// gcsLock is the lock the GCS measurements take: depth 4, as elsewhere.
+// The engine holds one lease (one lock object) per step of its plan: a
+// shared claim on each of the 4 ancestors (".", "a", "a/b", "a/b/c") and
+// the lock itself.
+const gcsLock = "a/b/c/d"
+
+// gcsObjects is the number of lock objects (leases) behind one lock at
+// gcsLock's depth.
+var gcsObjects = strings.Count(gcsLock, "/") + 2
+
+// gcs: GCS requests counted at a proxy in front of the emulator, for an
+// engine (lockmgr.Engine) over gcsbackend in this process, and the takeover
+// time after a holder host is killed with SIGKILL.
+//
+// Keys (each a median over Config.GCSReps with _min and _max):
+//   - gcs_writes_per_acquire, gcs_reads_per_acquire: an uncontended
+//     exclusive acquire of gcsLock (fresh objects); gcs_writes_per_release,
+//     gcs_reads_per_release: its release. gcs_writes_per_acquire_root and
+//     gcs_writes_per_release_root: the same for the root lock ".", which is
+//     a single object.
+//   - gcs_requests_local_handoff: requests between one process's release
+//     and the grant to another process of the same host waiting for it.
+//   - gcs_refreshes_per_ttl: requests per TTL while gcsLock is held
+//     (gcs_objects_per_lock objects are refreshed);
+//     gcs_refreshes_per_ttl_per_object.
+//   - gcs_takeover_s_minus_ttl: from the SIGKILL of the holder host until a
+//     waiting host holds the lock, minus the TTL (gcs_ttl_s; the refresh
+//     interval is gcs_refresh_interval_s).
+func (r *runner) gcs(ctx context.Context) error {
+	bin, err := emulatorBinary(ctx, r.modDir)
+	if err != nil {
+		r.gcsUnavailable(fmt.Sprintf("cannot build the GCS emulator %s: %v", emulatorModule, err))
+		return nil
+	}
+	emu, err := startEmulator(ctx, bin, r.logDir, gcsBucket)
+	if err != nil {
+		return err
+	}
+	defer emu.stop(time.Second)
+	proxy, err := startCountingProxy(emu.url)
+	if err != nil {
+		return err
+	}
+	defer proxy.close()
+	g := &gcsRun{r: r, proxy: proxy, ttl: r.cfg.GCSTTL}
+	for _, step := range []func(context.Context) error{g.counts, g.handoff, g.refreshes, g.takeover} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	g.report()
+	return nil
+}
+
+// gcsKeys are the keys the GCS measurements produce.
+var gcsKeys = []string{
+	"gcs_writes_per_acquire", "gcs_reads_per_acquire", "gcs_writes_per_release", "gcs_reads_per_release",
+	"gcs_writes_per_acquire_root", "gcs_writes_per_release_root", "gcs_requests_local_handoff",
+	"gcs_refreshes_per_ttl", "gcs_refreshes_per_ttl_per_object", "gcs_takeover_s_minus_ttl",
+}
+
+// gcsUnavailable records every GCS key as null, with the reason.
+func (r *runner) gcsUnavailable(reason string) {
+	r.logf("gcs: unavailable: %s", reason)
+	for _, k := range gcsKeys {
+		r.res.setNull(k)
+	}
+	r.res.notes["gcs_unavailable_reason"] = reason
+	r.res.addRow(Row{"GCS request counts and takeover", "unavailable: " + reason, "", "", "", "n/a"})
+}
+
+// gcsRun is the state of the GCS measurements.
+type gcsRun struct {
+	r     *runner
+	proxy *countingProxy
+	ttl   time.Duration
+	seq   int // names fresh prefixes and hosts
+
+	acqW, acqR, relW, relR, rootAcqW, rootRelW, handoffReqs, refreshRate, takeoverS []float64
+	refreshInterval                                                                 time.Duration
+}
+
+// host is one daemon's backend and engine.
+type gcsHost struct {
+	b *gcsbackend.Backend
+	e *lockmgr.Engine
+}
+
+func (h *gcsHost) close() {
+	if err := h.e.Close(); err != nil {
+		_ = err // a release that failed at close expires after its TTL
+	}
+}
+
+// gcsConfig is the backend configuration of host name under prefix.
+func (g *gcsRun) gcsConfig(prefix, name string) gcsbackend.Config {
+	return gcsbackend.Config{
+		Bucket:   gcsBucket,
+		Prefix:   prefix,
+		Endpoint: g.proxy.endpoint(),
+		TTL:      g.ttl,
+		HostID:   name,
+	}
+}
+
+// newHost starts a backend and an engine on a fresh prefix (or the given one).
+func (g *gcsRun) newHost(ctx context.Context, prefix string) (*gcsHost, string, error) {
+	g.seq++
+	if prefix == "" {
+		prefix = fmt.Sprintf("run%d/", g.seq)
+	}
+	b, err := gcsbackend.New(ctx, g.gcsConfig(prefix, fmt.Sprintf("bench-host-%d", g.seq)))
+	if err != nil {
+		return nil, "", err
+	}
+	g.refreshInterval = b.Config().RefreshInterval
+	e, err := lockmgr.New(lockmgr.Config{Backend: b, Processes: soloProcs{}, Host: b.HostID()})
+	if err != nil {
+		b.Close()
+		return nil, "", err
+	}
+	return &gcsHost{b: b, e: e}, prefix, nil
+}
+
+// request is an exclusive flock-style request by client c, a process of
+// its own.
+func gcsRequest(path string, c int, wait bool) lockmgr.Request {
+	return lockmgr.Request{Lock: lockmgr.LockID{Path: path, Kind: lockmgr.KindDir}, Mode: lockmgr.Exclusive,
+		Owner: lockmgr.Owner{Class: lockmgr.OwnerFile, ID: uint64(c)}, TID: c, Wait: wait}
+}
+
+// settle waits until the proxy has seen no request for quiet (at most max),
+// so that asynchronous work (a release in the background) is counted.
+func (g *gcsRun) settle(quiet, limit time.Duration) requestCounts {
+	last, since, end := g.proxy.counts(), time.Now(), time.Now().Add(limit)
+	for time.Now().Before(end) {
+		time.Sleep(10 * time.Millisecond)
+		c := g.proxy.counts()
+		if c != last {
+			last, since = c, time.Now()
+		} else if time.Since(since) >= quiet {
+			break
+		}
+	}
+	return last
+}
+
+// counts: an uncontended acquire and release of gcsLock, and of ".".
+func (g *gcsRun) counts(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for rep := 0; rep < g.r.cfg.GCSReps; rep++ {
+		h, _, err := g.newHost(ctx, "")
+		if err != nil {
+			return err
+		}
+		err = func() error {
+			defer h.close()
+			for _, path := range []string{gcsLock, "."} {
+				req := gcsRequest(path, 1, false)
+				c0 := g.settle(100*time.Millisecond, time.Second)
+				if _, err := h.e.Acquire(ctx, req); err != nil {
+					return err
+				}
+				c1 := g.proxy.counts()
+				if err := h.e.Release(ctx, req.Lock, req.Owner); err != nil {
+					return err
+				}
+				c2 := g.settle(300*time.Millisecond, 5*time.Second)
+				acq, rel := c1.sub(c0), c2.sub(c1)
+				if path == "." {
+					g.rootAcqW, g.rootRelW = append(g.rootAcqW, float64(acq.Writes)), append(g.rootRelW, float64(rel.Writes))
+				} else {
+					g.acqW, g.acqR = append(g.acqW, float64(acq.Writes)), append(g.acqR, float64(acq.Reads))
+					g.relW, g.relR = append(g.relW, float64(rel.Writes)), append(g.relR, float64(rel.Reads))
+				}
+				g.r.logf("gcs counts rep %d %q: acquire %d writes %d reads; release %d writes %d reads",
+					rep, path, acq.Writes, acq.Reads, rel.Writes, rel.Reads)
+			}
+			return nil
+		}()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// handoff: process 1 holds gcsLock, process 2 of the same host waits for
+// it; the requests from 1's release to 2's grant (and the settling after)
+// are counted. A repetition in which a refresh fell into the window is
+// run again.
+func (g *gcsRun) handoff(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	h, _, err := g.newHost(ctx, "")
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	for rep, tries := 0, 0; rep < g.r.cfg.GCSReps; tries++ {
+		if tries > 5*g.r.cfg.GCSReps {
+			return errors.New("every local hand-off window met a refresh")
+		}
+		first, second := gcsRequest(gcsLock, 1, false), gcsRequest(gcsLock, 2, true)
+		if _, err := h.e.Acquire(ctx, first); err != nil {
+			return err
+		}
+		granted := make(chan error, 1)
+		go func() {
+			_, err := h.e.Acquire(ctx, second)
+			granted <- err
+		}()
+		time.Sleep(50 * time.Millisecond) // let 2 queue
+		c0 := g.settle(50*time.Millisecond, time.Second)
+		s0 := h.b.Stats()
+		if err := h.e.Release(ctx, first.Lock, first.Owner); err != nil {
+			return err
+		}
+		if err := <-granted; err != nil {
+			return err
+		}
+		c1 := g.settle(200*time.Millisecond, 3*time.Second)
+		refreshed := h.b.Stats().Refreshes != s0.Refreshes
+		if err := h.e.Release(ctx, second.Lock, second.Owner); err != nil {
+			return err
+		}
+		g.settle(200*time.Millisecond, 3*time.Second)
+		if refreshed {
+			continue
+		}
+		d := c1.sub(c0)
+		g.handoffReqs = append(g.handoffReqs, float64(d.total()))
+		g.r.logf("gcs local hand-off rep %d: %d requests", rep, d.total())
+		rep++
+	}
+	return nil
+}
+
+// refreshes: requests while gcsLock is held, in windows of GCSHoldTTLs
+// TTLs.
+func (g *gcsRun) refreshes(ctx context.Context) error {
+	h, _, err := g.newHost(ctx, "")
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	req := gcsRequest(gcsLock, 1, false)
+	if _, err := h.e.Acquire(ctx, req); err != nil {
+		return err
+	}
+	c := g.settle(100*time.Millisecond, time.Second)
+	window := time.Duration(g.r.cfg.GCSHoldTTLs) * g.ttl
+	for rep := 0; rep < g.r.cfg.GCSReps; rep++ {
+		start := time.Now()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(window):
+		}
+		c1 := g.proxy.counts()
+		per := float64(c1.sub(c).total()) / (time.Since(start).Seconds() / g.ttl.Seconds())
+		g.refreshRate = append(g.refreshRate, per)
+		g.r.logf("gcs refreshes window %d: %.1f requests per TTL", rep, per)
+		c = c1
+	}
+	return h.e.Release(ctx, req.Lock, req.Owner)
+}
+
+// takeover: a holder host (a child process) holds gcsLock; this process's
+// host waits for it; the holder is killed with SIGKILL; the time until the
+// waiter holds the lock, minus the TTL, is recorded.
+func (g *gcsRun) takeover(ctx context.Context) error {
+	for rep := 0; rep < g.r.cfg.GCSReps; rep++ {
+		g.seq++
+		prefix := fmt.Sprintf("takeover%d/", g.seq)
+		holder, err := g.r.startGCSHolder(ctx, g.gcsConfig(prefix, fmt.Sprintf("bench-holder-%d", g.seq)), gcsLock)
+		if err != nil {
+			return err
+		}
+		d, err := func() (time.Duration, error) {
+			defer holder.stop(time.Second)
+			h, _, err := g.newHost(ctx, prefix)
+			if err != nil {
+				return 0, err
+			}
+			defer h.close()
+			wctx, cancel := context.WithTimeout(ctx, 10*g.ttl+30*time.Second)
+			defer cancel()
+			req := gcsRequest(gcsLock, 1, true)
+			granted := make(chan time.Time, 1)
+			failed := make(chan error, 1)
+			go func() {
+				if _, err := h.e.Acquire(wctx, req); err != nil {
+					failed <- err
+					return
+				}
+				granted <- time.Now()
+			}()
+			// Let the waiter block, and the holder refresh at least once.
+			time.Sleep(g.refreshInterval * 3 / 2)
+			select {
+			case <-granted:
+				return 0, errors.New("the waiter was granted while the holder lived")
+			case err := <-failed:
+				return 0, err
+			default:
+			}
+			killed := time.Now()
+			if err := holder.cmd.Process.Kill(); err != nil {
+				return 0, err
+			}
+			select {
+			case t := <-granted:
+				return t.Sub(killed), h.e.Release(ctx, req.Lock, req.Owner)
+			case err := <-failed:
+				return 0, err
+			}
+		}()
+		if err != nil {
+			return err
+		}
+		g.takeoverS = append(g.takeoverS, (d - g.ttl).Seconds())
+		g.r.logf("gcs takeover rep %d: %.3fs after the kill (TTL %v)", rep, d.Seconds(), g.ttl)
+	}
+	return nil
+}
+
+func (g *gcsRun) report() {
+	r := g.r
+	put := func(key string, xs []float64) summary {
+		s := summarize(xs)
+		r.res.setSummary(key, s)
+		return s
+	}
+	acqW, relW := put("gcs_writes_per_acquire", g.acqW), put("gcs_writes_per_release", g.relW)
+	acqR, relR := put("gcs_reads_per_acquire", g.acqR), put("gcs_reads_per_release", g.relR)
+	rootA, rootR := put("gcs_writes_per_acquire_root", g.rootAcqW), put("gcs_writes_per_release_root", g.rootRelW)
+	ho := put("gcs_requests_local_handoff", g.handoffReqs)
+	rf := put("gcs_refreshes_per_ttl", g.refreshRate)
+	per := make([]float64, len(g.refreshRate))
+	for i, x := range g.refreshRate {
+		per[i] = x / float64(gcsObjects)
+	}
+	put("gcs_refreshes_per_ttl_per_object", per)
+	to := put("gcs_takeover_s_minus_ttl", g.takeoverS)
+	r.res.set("gcs_objects_per_lock", float64(gcsObjects))
+	r.res.set("gcs_ttl_s", g.ttl.Seconds())
+	r.res.set("gcs_refresh_interval_s", g.refreshInterval.Seconds())
+
+	row := func(name, key string, s summary, ref string, gl *goal) {
+		gt, met := r.res.met(key, gl)
+		r.res.addRow(Row{name, fmtSummary(s, ""), ref, "", gt, met})
+	}
+	one, zero := atMost(1), equal(0)
+	row(fmt.Sprintf("GCS writes per uncontended acquire, depth 4 (%d objects)", gcsObjects), "gcs_writes_per_acquire", acqW,
+		fmt.Sprintf("reads %s; root lock: %s", fmtSummary(acqR, ""), fmtSummary(rootA, "")), &one)
+	row("GCS writes per release, depth 4", "gcs_writes_per_release", relW,
+		fmt.Sprintf("reads %s; root lock: %s", fmtSummary(relR, ""), fmtSummary(rootR, "")), &one)
+	row("GCS requests per hand-off between 2 processes of one host", "gcs_requests_local_handoff", ho, "", &zero)
+	row(fmt.Sprintf("GCS requests per TTL holding one depth-4 lock (TTL %v)", g.ttl), "gcs_refreshes_per_ttl", rf,
+		fmt.Sprintf("%d objects, refresh every %v", gcsObjects, g.refreshInterval), nil)
+	tg := between(0, 1)
+	row(fmt.Sprintf("GCS takeover after kill -9 of the holder, s minus TTL (TTL %v)", g.ttl), "gcs_takeover_s_minus_ttl", to,
+		fmt.Sprintf("stale after TTL+refresh = %v", g.ttl+g.refreshInterval), &tg)
+}
+
+// soloProcs is a process tree where every thread id is a process of its
+// own with no ancestors: the engine's clients are strangers to each other.
+type soloProcs struct{}
+
+func (soloProcs) Lineage(tid int) (lockmgr.Lineage, error) {
+	return lockmgr.Lineage{{PID: tid, Start: 1}}, nil
+}
+func (soloProcs) Alive(lockmgr.ProcID) bool { return true }
+
+// The holder host: this same binary, re-executed with helperEnv set.
+
+const (
+	helperEnv       = "LOCKFS_BENCH_HELPER"
+	helperGCSHolder = "gcs-holder"
+)
+
+// startGCSHolder re-executes this binary as a holder host and waits until
+// it holds lock exclusively.
+func (r *runner) startGCSHolder(ctx context.Context, cfg gcsbackend.Config, lock string) (*background, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "-test.run=^$") // harmless if self is a test binary
+	cmd.Env = append(os.Environ(), helperEnv+"="+helperGCSHolder,
+		"LOCKFS_BENCH_GCS="+strings.Join([]string{cfg.Endpoint, cfg.Bucket, cfg.Prefix, cfg.HostID, cfg.TTL.String(), lock}, "\x1f"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(r.logDir, cfg.HostID+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	b := &background{name: cfg.HostID, cmd: cmd, done: make(chan struct{}), log: logPath}
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(stdout).ReadString('\n')
+		line <- s
+		io.Copy(io.Discard, stdout)
+		b.err = cmd.Wait()
+		close(b.done)
+	}()
+	select {
+	case s := <-line:
+		if !strings.HasPrefix(s, "held") {
+			b.stop(time.Second)
+			return nil, fmt.Errorf("gcs holder: %q: %s", s, b.logTail())
+		}
+		return b, nil
+	case <-time.After(time.Minute):
+		b.stop(time.Second)
+		return nil, fmt.Errorf("gcs holder did not take the lock within a minute: %s", b.logTail())
+	case <-ctx.Done():
+		b.stop(time.Second)
+		return nil, ctx.Err()
+	}
+}
+
+// HelperMain runs the harness's helper processes: a binary that calls Run
+// must call HelperMain first thing in main (or TestMain), because Run
+// re-executes that binary as a GCS holder host. It returns at once when
+// the process is not a helper.
+func HelperMain() {
+	switch os.Getenv(helperEnv) {
+	case "":
+		return
+	case helperGCSHolder:
+		err := gcsHolder()
+		fmt.Fprintln(os.Stderr, "gcs holder:", err)
+		os.Exit(1)
+	default:
+		fmt.Fprintf(os.Stderr, "unknown %s=%q\n", helperEnv, os.Getenv(helperEnv))
+		os.Exit(2)
+	}
+}
+
+// gcsHolder takes the lock exclusively through its own backend and engine,
+// prints "held", and holds it until killed.
+func gcsHolder() error {
+	f := strings.Split(os.Getenv("LOCKFS_BENCH_GCS"), "\x1f")
+	if len(f) != 6 {
+		return fmt.Errorf("bad LOCKFS_BENCH_GCS %q", os.Getenv("LOCKFS_BENCH_GCS"))
+	}
+	ttl, err := time.ParseDuration(f[4])
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	b, err := gcsbackend.New(ctx, gcsbackend.Config{Endpoint: f[0], Bucket: f[1], Prefix: f[2], HostID: f[3], TTL: ttl})
+	if err != nil {
+		return err
+	}
+	e, err := lockmgr.New(lockmgr.Config{Backend: b, Processes: soloProcs{}, Host: f[3]})
+	if err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := e.Acquire(actx, gcsRequest(f[5], 1, false)); err != nil {
+		return err
+	}
+	fmt.Println("held")
+	select {} // until SIGKILL
+}

@@ -1,0 +1,210 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// heldFan is the number of locked directories per parent: held locks live
+// at h/I/J with J < heldFan.
+const heldFan = 1000
+
+// held: two lockfs daemons side by side, one with Config.HeldLocks locks
+// held on distinct directories (by one process holding that many open
+// control files), the other with Config.HeldBase. The daemons' resident
+// set sizes are read from /proc/PID/status, and the cost of one more
+// EX+UN pair at depth 4 (sharing the root with every held lock) is
+// measured on both, alternately.
+//
+// Keys: held_100k_rss_mb (the daemon with HeldLocks held),
+// held_base_rss_mb, idle_rss_mb (a fresh daemon), held_locks,
+// held_setup_s (time to take the HeldLocks locks), acquire_100k_held_us,
+// acquire_100_held_us, acquire_ratio_100k_vs_100 (per repetition, median).
+func (r *runner) held(ctx context.Context) error {
+	n, base := r.cfg.HeldLocks, r.cfg.HeldBase
+	if err := raiseNofile(uint64(2*n + 10000)); err != nil {
+		return err
+	}
+	type side struct {
+		name   string
+		locks  int
+		src    string
+		m      *mount
+		ctl    string
+		holder *holder
+	}
+	sides := []*side{{name: "held-many", locks: n}, {name: "held-base", locks: base}}
+	for _, s := range sides {
+		var err error
+		if s.src, err = r.dir("src-" + s.name); err != nil {
+			return err
+		}
+		if err := makeHeldTree(s.src, s.locks); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(s.src, "a/b/c/d"), 0o755); err != nil {
+			return err
+		}
+		if s.m, err = r.startLockfs(ctx, s.name, s.src); err != nil {
+			return err
+		}
+		s.ctl = filepath.Join(s.m.dir, "a/b/c/d/.lock")
+	}
+	idle, err := rssMB(sides[0].m.pid())
+	if err != nil {
+		return err
+	}
+	for _, s := range sides {
+		start := time.Now()
+		h, err := r.startHolder(ctx, filepath.Join(s.m.dir, "h"), s.locks)
+		if err != nil {
+			return fmt.Errorf("%s: hold %d locks: %w", s.name, s.locks, err)
+		}
+		s.holder = h
+		if s.locks == n {
+			r.res.set("held_setup_s", time.Since(start).Seconds())
+		}
+		r.logf("held: %s holds %d locks after %v", s.name, s.locks, time.Since(start).Round(time.Millisecond))
+	}
+	defer func() {
+		for _, s := range sides {
+			s.holder.stop()
+		}
+	}()
+	pairs := itoa(r.cfg.PairOps)
+	var many, few []float64
+	for rep := 0; rep < r.cfg.Reps; rep++ {
+		var a, b float64
+		err := alternate(rep, func() (err error) {
+			a, err = r.nsPerOp(ctx, "pair", "-file", sides[0].ctl, "-n", pairs)
+			return err
+		}, func() (err error) {
+			b, err = r.nsPerOp(ctx, "pair", "-file", sides[1].ctl, "-n", pairs)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		many, few = append(many, a/1e3), append(few, b/1e3)
+		r.logf("held rep %d: pair with %d held %.1fµs, with %d held %.1fµs", rep, n, a/1e3, base, b/1e3)
+	}
+	rssMany, err := rssMB(sides[0].m.pid())
+	if err != nil {
+		return err
+	}
+	rssBase, err := rssMB(sides[1].m.pid())
+	if err != nil {
+		return err
+	}
+	sm, sf := summarize(many), summarize(few)
+	rat := summarize(ratios(many, few))
+	r.res.set("held_locks", float64(n))
+	r.res.set("held_base_locks", float64(base))
+	r.res.set("held_100k_rss_mb", rssMany)
+	r.res.set("held_base_rss_mb", rssBase)
+	r.res.set("idle_rss_mb", idle)
+	r.res.setSummary("acquire_100k_held_us", sm)
+	r.res.setSummary("acquire_100_held_us", sf)
+	r.res.setSummary("acquire_ratio_100k_vs_100", rat)
+	g := atMost(256)
+	gt, met := r.res.met("held_100k_rss_mb", &g)
+	r.res.addRow(Row{fmt.Sprintf("daemon RSS with %d locks held (MiB) vs %d held", n, base),
+		fmtNum(rssMany) + " MiB", fmtNum(rssBase) + " MiB", "", gt, met})
+	g = atMost(1.2)
+	gt, met = r.res.met("acquire_ratio_100k_vs_100", &g)
+	r.res.addRow(Row{fmt.Sprintf("one more EX+UN pair with %d held (µs) vs %d held", n, base),
+		fmtSummary(sm, "µs"), fmtSummary(sf, "µs"), fmtSummary(rat, ""), gt, met})
+	return nil
+}
+
+// makeHeldTree makes SRC/h/I/J for the first n directories.
+func makeHeldTree(src string, n int) error {
+	for i := 0; i < n; i++ {
+		if i%heldFan == 0 {
+			if err := os.MkdirAll(filepath.Join(src, "h", itoa(i/heldFan)), 0o755); err != nil {
+				return err
+			}
+		}
+		if err := os.Mkdir(filepath.Join(src, "h", itoa(i/heldFan), itoa(i%heldFan)), 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// holder is a loadgen process holding many locks until its stdin closes.
+type holder struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	done  chan struct{}
+}
+
+// startHolder starts `loadgen hold` on root and waits until it holds n
+// locks.
+func (r *runner) startHolder(ctx context.Context, root string, n int) (*holder, error) {
+	cmd := exec.Command(r.bin(binLoadgen), "hold", "-root", root, "-n", itoa(n), "-fan", itoa(heldFan))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(r.logDir, fmt.Sprintf("holder-%d.log", n)))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	h := &holder{cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	line := make(chan []byte, 1)
+	go func() {
+		b, _ := bufio.NewReader(stdout).ReadBytes('\n')
+		line <- b
+		io.Copy(io.Discard, stdout)
+		cmd.Wait()
+		close(h.done)
+	}()
+	r.atClose(h.stop)
+	select {
+	case b := <-line:
+		var out struct{ Held float64 }
+		if err := json.Unmarshal(b, &out); err != nil || int(out.Held) != n {
+			h.stop()
+			msg, _ := os.ReadFile(logf.Name())
+			return nil, fmt.Errorf("holder failed: %q %s", b, msg)
+		}
+		return h, nil
+	case <-ctx.Done():
+		h.stop()
+		return nil, ctx.Err()
+	}
+}
+
+// stop closes the holder's stdin (it exits, closing every descriptor) and
+// waits, killing it after 30s. Safe to call twice.
+func (h *holder) stop() {
+	if h == nil {
+		return
+	}
+	h.stdin.Close()
+	select {
+	case <-h.done:
+	case <-time.After(30 * time.Second):
+		h.cmd.Process.Kill()
+		<-h.done
+	}
+}

@@ -1,0 +1,234 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+)
+
+// Results are the harness's named numbers and the rows of its table.
+type Results struct {
+	// values maps a key to its number; nil stands for JSON null.
+	values map[string]*float64
+	// notes are the few string-valued keys (gcs_unavailable_reason).
+	notes map[string]string
+	rows  []Row
+}
+
+// Row is one line of the table.
+type Row struct {
+	Name, Lockfs, Reference, Ratio, Goal, Met string
+}
+
+func newResults() *Results {
+	return &Results{values: make(map[string]*float64), notes: make(map[string]string)}
+}
+
+// Set records key = v.
+func (r *Results) set(key string, v float64) {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		r.values[key] = nil
+		return
+	}
+	r.values[key] = &v
+}
+
+// setNull records key = null.
+func (r *Results) setNull(key string) { r.values[key] = nil }
+
+// setSummary records key = median, key_min and key_max.
+func (r *Results) setSummary(key string, s summary) {
+	r.set(key, s.Med)
+	r.set(key+"_min", s.Min)
+	r.set(key+"_max", s.Max)
+}
+
+// Value returns key's number, and whether it is a number (not null, not
+// missing).
+func (r *Results) Value(key string) (float64, bool) {
+	v, ok := r.values[key]
+	if !ok || v == nil {
+		return 0, false
+	}
+	return *v, true
+}
+
+// Has reports whether key was recorded (as a number or as null).
+func (r *Results) Has(key string) bool {
+	_, ok := r.values[key]
+	return ok
+}
+
+// Note returns a string-valued key.
+func (r *Results) Note(key string) string { return r.notes[key] }
+
+// Rows returns the table.
+func (r *Results) Rows() []Row { return r.rows }
+
+func (r *Results) addRow(row Row) { r.rows = append(r.rows, row) }
+
+// MarshalJSON writes one object of named numbers (keys sorted), plus the
+// string notes.
+func (r *Results) MarshalJSON() ([]byte, error) {
+	m := make(map[string]any, len(r.values)+len(r.notes))
+	for k, v := range r.values {
+		if v == nil {
+			m[k] = nil
+		} else {
+			m[k] = round(*v)
+		}
+	}
+	for k, v := range r.notes {
+		m[k] = v
+	}
+	return json.Marshal(m)
+}
+
+// WriteJSON writes the results, indented, to path.
+func (r *Results) WriteJSON(path string) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, out.Bytes(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// round keeps four significant digits, enough for noisy measurements and
+// short enough to read.
+func round(v float64) float64 {
+	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return v
+	}
+	mag := math.Pow(10, 3-math.Floor(math.Log10(math.Abs(v))))
+	if mag < 1 {
+		return math.Round(v)
+	}
+	return math.Round(v*mag) / mag
+}
+
+// WriteTable prints the table with aligned columns, as Markdown.
+func (r *Results) WriteTable(w io.Writer) error {
+	head := Row{"name", "lockfs", "reference", "ratio", "goal", "met?"}
+	rows := append([]Row{head}, r.rows...)
+	width := make([]int, 6)
+	for _, row := range rows {
+		for i, c := range row.cells() {
+			width[i] = max(width[i], len([]rune(c)))
+		}
+	}
+	var b strings.Builder
+	line := func(cells []string) {
+		b.WriteString("|")
+		for i, c := range cells {
+			fmt.Fprintf(&b, " %s%s |", c, strings.Repeat(" ", width[i]-len([]rune(c))))
+		}
+		b.WriteString("\n")
+	}
+	line(head.cells())
+	sep := make([]string, 6)
+	for i := range sep {
+		sep[i] = strings.Repeat("-", width[i])
+	}
+	line(sep)
+	for _, row := range r.rows {
+		line(row.cells())
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (row Row) cells() []string {
+	return []string{row.Name, row.Lockfs, row.Reference, row.Ratio, row.Goal, row.Met}
+}
+
+// goal is a target for one key's value.
+type goal struct {
+	text string             // as shown: "≤ 1.15"
+	ok   func(float64) bool // whether a value meets it
+}
+
+func atMost(x float64) goal {
+	return goal{fmt.Sprintf("≤ %g", x), func(v float64) bool { return v <= x }}
+}
+func atLeast(x float64) goal {
+	return goal{fmt.Sprintf("≥ %g", x), func(v float64) bool { return v >= x }}
+}
+func equal(x float64) goal {
+	return goal{fmt.Sprintf("= %g", x), func(v float64) bool { return v == x }}
+}
+func between(a, b float64) goal {
+	return goal{fmt.Sprintf("%g … %g", a, b), func(v float64) bool { return v >= a && v <= b }}
+}
+
+// met renders whether key's value meets g: "yes", "NO" or "n/a".
+func (r *Results) met(key string, g *goal) (string, string) {
+	if g == nil {
+		return "", ""
+	}
+	v, ok := r.Value(key)
+	switch {
+	case !ok:
+		return g.text, "n/a"
+	case g.ok(v):
+		return g.text, "yes"
+	default:
+		return g.text, "NO"
+	}
+}
+
+// fmtNum renders a number with about three significant digits.
+func fmtNum(v float64) string {
+	switch a := math.Abs(v); {
+	case math.IsNaN(v):
+		return "–"
+	case a >= 1000:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
+	default:
+		return fmt.Sprintf("%.3g", v)
+	}
+}
+
+// fmtSummary renders "median [min–max] unit", or just the value when the
+// series has one repetition.
+func fmtSummary(s summary, unit string) string {
+	if unit != "" {
+		unit = " " + unit
+	}
+	if s.Min == s.Max {
+		return fmtNum(s.Med) + unit
+	}
+	return fmt.Sprintf("%s [%s–%s]%s", fmtNum(s.Med), fmtNum(s.Min), fmtNum(s.Max), unit)
+}
+
+// RequiredKeys are the keys every run writes (issue 5): a number each, or
+// null for the GCS keys when gcs_unavailable_reason says why.
+var RequiredKeys = []string{
+	"lock_pair_us", "noop_fuse_lock_pair_us", "kernel_lock_pair_us", "lock_pair_ratio_vs_noop",
+	"handoff_p99_us", "poll_handoff_p99_us", "handoff_ratio_vs_poll",
+	"held_100k_rss_mb", "acquire_ratio_100k_vs_100",
+	"seq_read_ratio_vs_backing", "seq_write_ratio_vs_backing",
+	"meta_ops_ratio_vs_gofuse",
+	"gcs_writes_per_acquire", "gcs_writes_per_release", "gcs_requests_local_handoff",
+	"gcs_refreshes_per_ttl", "gcs_takeover_s_minus_ttl",
+	"disjoint_1p_pairs_per_s", "disjoint_2p_pairs_per_s", "disjoint_4p_pairs_per_s", "disjoint_8p_pairs_per_s",
+	"cycle_per_s",
+}
