@@ -221,4 +221,3 @@ func alternate(rep int, a, b func() error) error {
 }
 
 func itoa(n int) string { return fmt.Sprint(n) }
-
