@@ -1,4 +1,4 @@
-# lockfs: make build | test | run | vet | storm | deps | clean
+# lockfs: make build | test | bench | run | vet | storm | deps | clean
 #
 # `make test` and `make run` install their prerequisites themselves when run
 # as root on Debian/Ubuntu (see scripts/deps.sh).
@@ -11,7 +11,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # The full kill-during-wait storm (`make storm`); `make test` runs 300 trials.
 STORM_TRIALS ?= 10000
 
-.PHONY: all build test run vet fmt-check storm deps clean
+.PHONY: all build test bench bench-smoke run vet fmt-check storm deps clean
 
 all: build
 
@@ -32,6 +32,15 @@ vet:
 
 test: deps fmt-check vet
 	$(GO) test -race -count=1 -timeout 40m ./...
+
+# The performance table (docs/BENCHMARKS.md): lockfs side by side with its
+# references in one run, about 5-8 minutes; writes bench/results.json.
+bench: deps
+	$(GO) run ./bench/cmd/lockfs-bench -out bench/results.json
+
+# The harness at tiny sizes; `make test` runs it too (bench.TestSmoke).
+bench-smoke: deps
+	$(GO) test -count=1 -v -run 'TestSmoke' ./bench/
 
 # The full kill-during-wait storm: 10,000 waiters SIGKILLed at random instants
 # of their lock wait; none may be left in state D.
