@@ -20,7 +20,7 @@ import (
 
 // ptMount is one mounted passthrough.
 type ptMount struct {
-	t   *testing.T
+	t   testing.TB
 	fs  *FS
 	src string // SOURCE
 	mnt string // mount point
@@ -50,7 +50,7 @@ func (c *msgCounter) count(msg string) int {
 }
 
 // ptLogWriter sends log lines to the test log.
-type ptLogWriter struct{ t *testing.T }
+type ptLogWriter struct{ t testing.TB }
 
 func (w ptLogWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
@@ -59,7 +59,7 @@ func (w ptLogWriter) Write(p []byte) (int, error) {
 
 // ptRequireFUSE skips the test when FUSE is unusable here, and fails it in
 // CI, where it must work.
-func ptRequireFUSE(t *testing.T) {
+func ptRequireFUSE(t testing.TB) {
 	t.Helper()
 	err := func() error {
 		f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
@@ -80,7 +80,7 @@ func ptRequireFUSE(t *testing.T) {
 
 // newPTMount mounts a fresh SOURCE (mode 0755, reachable by nobody) with
 // allow_other. t.Cleanup unmounts (lazily if busy) and waits for Serve.
-func newPTMount(t *testing.T) *ptMount {
+func newPTMount(t testing.TB) *ptMount {
 	t.Helper()
 	src, mnt := t.TempDir(), t.TempDir()
 	// Let processes run as nobody reach both.
@@ -93,7 +93,7 @@ func newPTMount(t *testing.T) *ptMount {
 }
 
 // newPTMountAt mounts the existing directory src at the existing mnt.
-func newPTMountAt(t *testing.T, src, mnt string) *ptMount {
+func newPTMountAt(t testing.TB, src, mnt string) *ptMount {
 	t.Helper()
 	ptRequireFUSE(t)
 	log := logrus.New()
@@ -159,7 +159,7 @@ func newPTMountAt(t *testing.T, src, mnt string) *ptMount {
 // that P to stop, and the server goroutines that would answer are stopped.
 // The probe uses open(2) and poll(2) through package unix, which do leave
 // the P, so the server can answer it.
-func pollProbe(t *testing.T, src, mnt string) {
+func pollProbe(t testing.TB, src, mnt string) {
 	t.Helper()
 	const name = "lockfs-poll-probe"
 	if err := os.WriteFile(src+"/"+name, nil, 0o600); err != nil {

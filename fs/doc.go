@@ -1,0 +1,140 @@
+// Package fs is lockfs's FUSE layer: a passthrough of SOURCE plus the
+// control files (.lock, .lock_newdir, .lock_usage) in every directory, whose
+// flock(2) and fcntl(2) requests it maps to the lock engine (control.go,
+// lock.go, status.go, interrupt.go).
+//
+// # The model
+//
+// An FS serves one mount with bazil.org/fuse. Its nodes are of three kinds:
+//
+//   - Dir, a directory of SOURCE;
+//   - File, anything else of SOURCE: regular files, symlinks, FIFOs,
+//     sockets, devices (the kernel opens only regular files through the
+//     daemon);
+//   - the control files, which exist only in the daemon.
+//
+// One backing inode (st_dev, st_ino) is one Node, so that the kernel sees
+// hard links as one inode and the locks of all names of a file agree; the
+// attributes pass the backing inode number through. A node does not hold
+// its inode open: it remembers the names it was found by (a parent Dir and
+// a name; several for hard links, one for a directory), updated by lookups,
+// renames, links and removals through the mount, and every operation finds
+// the inode again by one of those names and checks that it is still the
+// same inode. Dir.relPath gives a directory's path relative to the mount
+// root ("." for the root), which the control files use as the lock's name.
+//
+// An open file or directory (a handle) owns its own backing open file
+// description, so reads and writes go straight to SOURCE (there is no
+// writeback cache) and a file unlinked while open keeps working through its
+// handles; metadata operations on a node with open handles use their
+// descriptor, which is exact.
+//
+// The daemon checks no permission itself: the mount uses
+// default_permissions, so the kernel checks every request against the
+// attributes first. As root, the daemon gives each file it creates to the
+// uid and gid of the process that asked (the directory's group in a setgid
+// directory, which also passes its setgid bit to new directories), with
+// the mode that process asked for, unaffected by the daemon's umask.
+// bazil cannot report the sticky bit to the kernel, so stat(2) through the
+// mount does not show it; lockfs enforces it itself: in a sticky directory
+// only the owner of an entry, the owner of the directory or root may remove
+// or rename it.
+//
+// Reserved names: the control names appear in every directory and shadow
+// any file of that name in SOURCE; the local backend's files (..LOCK,
+// ..LOCK_NEWDIR, ..LOCK_USAGE) are never listed and never found. Removing,
+// renaming or linking a control file, and renaming onto or linking to a
+// backing name, fail with EPERM; mkdir, mknod, symlink and O_EXCL create
+// of any reserved name fail with EEXIST (so does link(2) onto a control
+// name: the kernel sees that the name exists and does not ask). Opening a
+// control file with O_CREAT opens it.
+//
+// # Safety
+//
+// Every backing operation stays beneath SOURCE, whatever SOURCE's other
+// users do meanwhile. The daemon holds an O_PATH descriptor of SOURCE and
+// resolves every path relative to it with openat2(2) and RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, always with O_NOFOLLOW:
+// resolution can neither leave SOURCE (through "..", an absolute symlink
+// or a mount point's parent) nor follow any symlink. Following none is
+// exact, not a restriction: the kernel resolves the symlinks of the mount
+// itself, component by component, so a backing path of a node never
+// contains one unless SOURCE changed under the mount (or someone races to
+// swap a directory for a symlink), and then the operation finds ELOOP and
+// answers as for a stale name. Operations on a name act on the parent's
+// descriptor (mkdirat, mknodat, symlinkat, linkat, unlinkat, renameat,
+// fstatat and openat with O_NOFOLLOW); operations on an inode act on a
+// descriptor of it (fstat, fchownat and utimensat with AT_EMPTY_PATH), or on
+// /proc/self/fd/N for the calls that have no descriptor form (chmod,
+// truncate, the xattr calls): that path names exactly the inode behind the
+// daemon's own descriptor N, a symlink itself included. Every backing open
+// of a regular file carries O_NONBLOCK until it is checked, so that a FIFO
+// swapped in cannot block the daemon. TestPTSymlinkSwapRaceStaysBeneath
+// swaps a directory of SOURCE with a symlink leading out of it, as fast as
+// it can, while processes write, create, truncate, chmod, chown, rename,
+// link and remove through it; nothing outside SOURCE changes (its control
+// shows that a program joining paths under SOURCE does escape).
+//
+// # Caching
+//
+// The kernel may keep a name's binding to a node for 1 s (entryValid) and
+// a directory's attributes for 1 s (dirAttrValid). The attributes of every
+// other file are not cached (fileAttrValid = 0): each stat(2) asks the
+// daemon, and so does each open(2) (the kernel checks permissions from
+// fresh attributes), so that a file changed directly in SOURCE shows its
+// new size and times at once. Measured on the development VM
+// (BenchmarkPTStat): stat(2) of a file costs about 70 µs through the mount
+// against 3 µs with a 1 s cache and 1.5 µs on SOURCE itself; stat(2) of a
+// directory about 3 µs. Directories keep a cache because the kernel checks
+// permission on every component of every path from their attributes.
+//
+// How changes made directly in SOURCE are seen through the mount:
+//
+//   - a new name: at once (failed lookups are not cached);
+//   - a file's size, times, mode, owner: at once;
+//   - a file's data: at each open(2), which drops the kernel's cached pages
+//     of the file (close-to-open consistency, as NFS). A descriptor that
+//     stays open through the mount may read stale pages of a file that
+//     another program writes directly in SOURCE; programs that share a file
+//     that way (a database) should all go through the mount, or reopen;
+//   - a name removed or replaced (rename over it, or rmdir and mkdir):
+//     at once for the next operation that reaches the daemon: the stale
+//     node answers ESTALE, the kernel looks the path up again and retries.
+//     If the retry is stale too (the name changes faster than the kernel
+//     can look it up), the answer is ENOENT;
+//   - a directory's own attributes and listing: its attributes within 1 s,
+//     its listing at every opendir(3)/rewinddir(3).
+//
+// # Locks on ordinary files
+//
+// The mount asks the kernel for every flock(2) and fcntl(2) lock (the
+// control files need that), so those of regular files arrive here too, and
+// the daemon applies them to the backing file in the host kernel: locks
+// through the mount and locks taken on SOURCE directly exclude each other
+// as on one local file system, and SQLite, flock(1) on a data file, and
+// Java or Python file locks work through the mount. flock locks are
+// flock(2) on the handle's own backing descriptor. POSIX record locks and
+// OFD locks become OFD locks on a backing open file description kept per
+// (inode, lock owner), which gives each owner POSIX semantics; it is closed
+// when the owner closes any descriptor of the file (POSIX) or when a handle
+// it locked through is released (OFD). A blocking request (F_SETLKW,
+// flock without LOCK_NB) polls non-blocking attempts with jittered
+// backoff from 1 ms to 50 ms, so that no daemon thread ever sleeps where an
+// interrupt cannot reach it: an interrupted or killed waiter stops at once
+// (EINTR), and a waiter gets the lock at most about 50 ms after it is
+// free. There is no EDEADLK for ordinary files. F_GETLK reports the
+// conflicting lock and its holder's pid (for locks taken through the mount,
+// the pid that last locked through that owner). renameat2(2) flags
+// (RENAME_NOREPLACE, RENAME_EXCHANGE) fail with EINVAL: bazil does not
+// decode the request, and the kernel answers for it.
+//
+// # Errors
+//
+// Backing errors are returned as their errno. Every failed request is
+// logged once, with its op and path: routine errnos (ENOENT, EEXIST,
+// EAGAIN, EACCES, ...) at debug level, refusals by lockfs's own rules
+// (reserved names, sticky directories) and a symlink met in a backing path
+// at info, anything else at warning. A node none of whose names leads to
+// its inode any more answers ESTALE (then ENOENT, as above). Names the
+// kernel never sends ("", ".", "..", a slash) are refused with EINVAL.
+package fs
