@@ -284,11 +284,14 @@ var (
 
 // Poll answers ENOSYS, which makes the kernel stop sending poll requests on
 // this connection: a control file is always ready, like a regular file.
-// bazil's default ("ready") keeps the kernel asking at every epoll_wait,
-// and the Go runtime registers every opened file with epoll: a Go program
-// that serves the mount and opens files on it (the tests do) then blocks
-// its own netpoller in a FUSE request that it can no longer read, and
-// deadlocks.
+// bazil's default ("ready") keeps the kernel asking at every epoll_wait of
+// every program that registered the file with epoll (the Go runtime
+// registers every file it opens), a round trip each time.
+//
+// A Go program must still not open files with os.Open on a mount that it
+// serves itself: until the first answer, the kernel asks from inside
+// epoll_ctl and epoll_wait, on threads that hold the runtime's Ps, and the
+// server can be left without a P to answer (the tests use raw syscalls).
 func (h *controlHandle) Poll(ctx context.Context, req *fuse.PollRequest, resp *fuse.PollResponse) error {
 	return syscall.ENOSYS
 }

@@ -17,6 +17,7 @@ import (
 	"bazil.org/fuse"
 	fusefs "bazil.org/fuse/fs"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/lockfs/lockfs/localbackend"
 	"github.com/lockfs/lockfs/lockmgr"
@@ -147,14 +148,7 @@ func newCtlMountConfig(t *testing.T, config func(*FS) *fusefs.Config) *ctlMount 
 			t.Errorf("close: %v", err)
 		}
 	})
-	m := &ctlMount{t: t, src: src, dir: dir, eng: eng}
-	// Open one control file from this goroutine alone before anything else:
-	// the kernel asks to poll it, hears ENOSYS and never polls on this mount
-	// again. Otherwise goroutines of this process opening files on the mount
-	// at once could each hold a P while waiting for a poll answer that the
-	// server, in this same process, then has no P to produce.
-	m.status(".lock")
-	return m
+	return &ctlMount{t: t, src: src, dir: dir, eng: eng}
 }
 
 // mkdir creates directories in SOURCE, mode 0755.
@@ -173,11 +167,39 @@ func (m *ctlMount) path(rel string) string { return filepath.Join(m.dir, rel) }
 // status reads a control file as root.
 func (m *ctlMount) status(rel string) string {
 	m.t.Helper()
-	b, err := os.ReadFile(m.path(rel))
+	b, err := readNoPoll(m.path(rel))
 	if err != nil {
 		m.t.Fatalf("read %s: %v", rel, err)
 	}
 	return string(b)
+}
+
+// readNoPoll reads a file with plain system calls. This process serves the
+// mount, so it must not open files there with os.Open: that registers the
+// descriptor with the Go netpoller, whose epoll_ctl and epoll_wait make the
+// kernel ask this very server to poll the file, from threads that hold the
+// runtime's Ps; with every P so held, the server cannot answer and the
+// process deadlocks (seen here in one run out of a few).
+func readNoPoll(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var out []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Read(fd, buf)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return nil, err
+		case n == 0:
+			return out, nil
+		}
+		out = append(out, buf[:n]...)
+	}
 }
 
 // runExit runs a command to completion (killing it after timeout) and
