@@ -504,7 +504,7 @@ func TestControlFileStatusRead(t *testing.T) {
 	st := m.status("a/b/.lock")
 	wantHolder := fmt.Sprintf("holder host=testhost pid=%d uid=0 mode=exclusive ", holder.pid)
 	if !strings.Contains(st, "\nmode exclusive\n") || !strings.Contains(st, wantHolder) ||
-		!strings.Contains(st, ` explicit note="deploying v1.2"`) {
+		!strings.Contains(st, ` explicit note="deploying v1.2"`) || !strings.HasSuffix(st, "\nlease exclusive\n") {
 		t.Errorf("status while held:\n%s", st)
 	}
 	if strings.Contains(st, "you holder") {

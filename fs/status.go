@@ -19,7 +19,8 @@ import (
 // so parsers should ignore keys they do not know. Lines, in this order:
 //
 //	you holder token=17               only when read through a descriptor that holds
-//	                                  the lock explicitly: the reader's own token
+//	                                  the lock explicitly: the reader's own token,
+//	                                  then the word lost if its lease was lost
 //	lock a/b/.lock                    the control file, relative to the mount root
 //	kind dir                          dir, newdir or usage
 //	mode exclusive                    the strongest mode held: none, shared or exclusive
@@ -27,7 +28,8 @@ import (
 //	holder mode=shared implicit=2 hidden
 //	implicit 3                        holds taken on behalf of locks below
 //	waiters 2                         queued requests
-//	lease local-exclusive             the backend's claim; "none" if there is none
+//	lease exclusive                   the backend's claim: its mode, or the backend's
+//	                                  description (gcs: expiry); "none" if none
 //
 // One holder line per owner, explicit holders first, then by age. Its
 // fields: host, pid (the process the hold belongs to now), uid, mode
