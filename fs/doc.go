@@ -105,6 +105,12 @@
 //   - a directory's own attributes and listing: its attributes within 1 s,
 //     its listing at every opendir(3)/rewinddir(3).
 //
+// A node with an open handle answers stat(2) from the handle's descriptor
+// (fstat of an unlinked open file must work, and FUSE does not say whether
+// a getattr comes from stat or fstat). The kernel sends Release after
+// close(2) has returned, so a file removed directly in SOURCE right after
+// its last close through the mount can be found by stat(2) for that moment.
+//
 // # Locks on ordinary files
 //
 // The mount asks the kernel for every flock(2) and fcntl(2) lock (the

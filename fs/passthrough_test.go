@@ -104,7 +104,7 @@ func runAs(t *testing.T, uid, gid uint32, script string) {
 	}
 }
 
-func lstat(t *testing.T, p string) *unix.Stat_t {
+func lstat(t testing.TB, p string) *unix.Stat_t {
 	t.Helper()
 	var st unix.Stat_t
 	if err := unix.Lstat(p, &st); err != nil {
@@ -314,6 +314,9 @@ func TestPTSeesChangesInSource(t *testing.T) {
 		t.Errorf("read after a replace in SOURCE: %q, %v", b, err)
 	}
 	// Removed in SOURCE: gone at once; created in SOURCE: there at once.
+	// (Once the handles of the reads above are released: Release is
+	// asynchronous, and a node with an open handle answers from it.)
+	m.waitReleased("f")
 	if err := os.Remove(m.s("f")); err != nil {
 		t.Fatal(err)
 	}
@@ -376,4 +379,27 @@ func TestPTTimesAndTruncate(t *testing.T) {
 	if err := unix.Statfs(m.mnt, &sfs); err != nil || sfs.Blocks == 0 {
 		t.Errorf("statfs: %v %+v", err, sfs)
 	}
+}
+
+// waitReleased waits until the file rel in SOURCE has no open handle
+// through the mount (the kernel sends Release after close(2) returns).
+func (m *ptMount) waitReleased(rel string) {
+	m.t.Helper()
+	st := lstat(m.t, m.s(rel))
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		n := m.fs.lookupNode(keyOf(st))
+		if n == nil {
+			return
+		}
+		b := n.base()
+		b.mu.Lock()
+		open := len(b.open)
+		b.mu.Unlock()
+		if open == 0 {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	m.t.Fatalf("%s still has open handles", rel)
 }
