@@ -386,6 +386,10 @@ func (l *lease) update(ctx context.Context, o updateOpts) error {
 		l.mu.Unlock()
 		return err
 	}
+	if l.released {
+		l.mu.Unlock()
+		return fmt.Errorf("%s: %w", l.id, lockmgr.ErrNotHeld)
+	}
 	mode, epoch, seq, until, upgrading := l.mode, l.epoch, l.seq+1, l.validUntil, l.upgrading
 	l.mu.Unlock()
 	if o.unbounded {
