@@ -3,8 +3,10 @@ package gcsbackend_test
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -25,33 +27,7 @@ func TestCrashTakeover(t *testing.T) {
 	leakCheck(t)
 	emu := gcstest.Start(t)
 	prefix := "test/" + t.Name() + "/"
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "GCSBACKEND_HELPER=hold", "GCSBACKEND_BUCKET="+emu.Bucket,
-		"GCSBACKEND_PREFIX="+prefix, "GCSBACKEND_ENDPOINT="+emu.Endpoint(),
-		"GCSBACKEND_TTL="+testTTL.String(), "GCSBACKEND_LOCKS=x,y")
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(out).ReadString('\n')
-		line <- s
-	}()
-	select {
-	case s := <-line:
-		if s != "held\n" {
-			t.Fatalf("helper said %q", s)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("helper did not take its locks")
-	}
+	cmd, _, _ := startHolder(t, emu, prefix, "x,y")
 
 	withPrefix := func(c *gcsbackend.Config) { c.Prefix = prefix }
 	watcher := newBackend(t, emu, withPrefix)
@@ -207,6 +183,103 @@ func TestPartitionedHostLosesLease(t *testing.T) {
 	// The new holder keeps the lock.
 	if _, err := ea.Acquire(ctx, request("p", lockmgr.Shared, 3, false)); !errors.Is(err, lockmgr.ErrWouldBlock) {
 		t.Errorf("after the lost host's release: %v, want ErrWouldBlock", err)
+	}
+}
+
+// startHolder runs the test binary as another host that claims locks (a
+// comma-separated list) exclusively, and returns it once it holds them,
+// with its first lock's token and the channel of its further output lines.
+func startHolder(t *testing.T, emu *gcstest.Emulator, prefix, locks string) (*exec.Cmd, uint64, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "GCSBACKEND_HELPER=hold", "GCSBACKEND_BUCKET="+emu.Bucket,
+		"GCSBACKEND_PREFIX="+prefix, "GCSBACKEND_ENDPOINT="+emu.Endpoint(),
+		"GCSBACKEND_TTL="+testTTL.String(), "GCSBACKEND_LOCKS="+locks)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGCONT)
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	lines := make(chan string, 4)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	select {
+	case s := <-lines:
+		var tok uint64
+		if _, err := fmt.Sscanf(s, "held %d", &tok); err != nil {
+			t.Fatalf("helper said %q", s)
+		}
+		return cmd, tok, lines
+	case <-time.After(30 * time.Second):
+		t.Fatal("helper did not take its locks")
+	}
+	return nil, 0, nil
+}
+
+// A holder stopped with SIGSTOP past its TTL (refresher and all): the other
+// host takes the lock over only after the holder's vouching ended, with a
+// higher token; the resumed holder reports its lease lost at once and does
+// not disturb the new holder.
+func TestStoppedHolderLosesLease(t *testing.T) {
+	leakCheck(t)
+	emu := gcstest.Start(t)
+	prefix := "test/" + t.Name() + "/"
+	cmd, tokA, lines := startHolder(t, emu, prefix, "s")
+	b := newBackend(t, emu, func(c *gcsbackend.Config) { c.Prefix = prefix })
+	ctx := ctxT(t, 60*time.Second)
+	if _, err := b.Claim(ctx, dirLock("s"), lockmgr.Exclusive, false); !errors.Is(err, lockmgr.ErrWouldBlock) {
+		t.Fatalf("claim while the other host holds s: %v", err)
+	}
+	stopped := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.Claim(ctx, dirLock("s"), lockmgr.Exclusive, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := time.Now()
+	tokB, err := l.NextToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-lines:
+		t.Logf("stopped holder, resumed: %q after %v", s, time.Since(resumed).Round(time.Millisecond))
+		if !strings.HasPrefix(s, "lost ") || !strings.Contains(s, "lease lost") {
+			t.Errorf("helper said %q, want its loss", s)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the resumed holder did not report its lease lost")
+	}
+	t.Logf("granted %v after SIGSTOP; tokens %#x -> %#x", granted.Sub(stopped).Round(time.Millisecond), tokA, tokB)
+	if d := granted.Sub(stopped); d < testTTL-testTTL/10 {
+		t.Errorf("granted %v after the stop, before the holder's vouching could have ended", d)
+	}
+	if tokB <= tokA {
+		t.Errorf("new token %#x not above the stopped holder's %#x", tokB, tokA)
+	}
+	time.Sleep(1500 * time.Millisecond) // the resumed holder's refresher has run
+	if err := l.Err(); err != nil {
+		t.Errorf("new holder's lease after the old one resumed: %v", err)
 	}
 }
 

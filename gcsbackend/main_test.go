@@ -42,11 +42,23 @@ func holdUntilKilled() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var first lockmgr.Lease
+	var token uint64
 	for _, p := range strings.Split(os.Getenv("GCSBACKEND_LOCKS"), ",") {
-		if _, err := b.Claim(ctx, lockmgr.LockID{Path: p, Kind: lockmgr.KindDir}, lockmgr.Exclusive, false); err != nil {
+		l, err := b.Claim(ctx, lockmgr.LockID{Path: p, Kind: lockmgr.KindDir}, lockmgr.Exclusive, false)
+		if err != nil {
 			return err
 		}
+		if first == nil {
+			first = l
+			if token, err = l.NextToken(ctx); err != nil {
+				return err
+			}
+		}
 	}
-	fmt.Println("held")
+	fmt.Printf("held %d\n", token)
+	// Say when the first lease is lost (after a SIGSTOP, say).
+	<-first.Done()
+	fmt.Printf("lost %v\n", first.Err())
 	select {}
 }
