@@ -7,6 +7,16 @@
 // that; concurrent test binaries serialise the build with a file lock.
 // Under CI=true a failed build fails the test; elsewhere it skips it, saying
 // why.
+//
+// A test of another package uses it like this:
+//
+//	emu := gcstest.Start(t) // stopped when t ends
+//	b, err := gcsbackend.New(ctx, gcsbackend.Config{
+//		Bucket: emu.Bucket, Endpoint: emu.Endpoint(), TTL: 3 * time.Second})
+//
+// and a daemon under test gets the same endpoint with --gcs-endpoint. Put a
+// faultproxy between them with faultproxy.New(emu.URL, seed, faults) and
+// gcstest.Endpoint(proxy.URL).
 package gcstest
 
 import (
