@@ -25,6 +25,9 @@ var (
 	_ lockmgr.LeaseDescriber = (*lease)(nil)
 )
 
+// noWaitGiveUp bounds how long a claim without wait retries a failing GCS.
+const noWaitGiveUp = 3 * time.Second
+
 // errBackendClosed is returned by calls made after (or interrupted by) Close.
 var errBackendClosed = fmt.Errorf("gcs backend: %w", lockmgr.ErrClosed)
 
@@ -139,8 +142,9 @@ func (b *Backend) Stats() Stats { return b.stats.snapshot() }
 // with wait it polls the lock object with reads, with jittered backoff from
 // 50ms to 1s, until the claim is granted or ctx ends. A claim of another
 // host that this backend has seen unchanged for its stale period is removed
-// by the granting write. If GCS keeps failing for UnavailableAfter, Claim
-// fails with an error wrapping lockmgr.ErrUnavailable.
+// by the granting write. If GCS keeps failing for UnavailableAfter (3s at
+// most without wait), Claim fails with an error wrapping
+// lockmgr.ErrUnavailable.
 func (b *Backend) Claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mode, wait bool) (lockmgr.Lease, error) {
 	l, err := b.claimCall(ctx, id, mode, wait)
 	if err != nil {
@@ -201,7 +205,12 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, name, claim stri
 	lastGen := int64(-1)
 	for {
 		var takeovers int
-		res, err := b.mutate(ctx, name, mutateOpts{}, func(cur snapshot) (*record, error) {
+		o := mutateOpts{}
+		if !wait {
+			// flock -n should not hang through an outage.
+			o.giveUp = min(b.cfg.UnavailableAfter, noWaitGiveUp)
+		}
+		res, err := b.mutate(ctx, name, o, func(cur snapshot) (*record, error) {
 			v := b.judge(name, cur.rec, mode, claim, b.clock.Now())
 			if len(v.blockers) > 0 {
 				return nil, &errBlocked{v: v, gen: cur.gen}

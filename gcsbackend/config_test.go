@@ -2,11 +2,13 @@ package gcsbackend_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lockfs/lockfs/gcsbackend"
+	"github.com/lockfs/lockfs/gcsbackend/faultproxy"
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -110,5 +112,39 @@ func TestCloseReleases(t *testing.T) {
 	}
 	if _, err := a.Claim(ctx, dirLock("c4"), lockmgr.Shared, false); err == nil {
 		t.Error("claim after Close succeeded")
+	}
+}
+
+// GCS answering nothing but 503: a claim gives up with ErrUnavailable
+// (ENOLCK) after 3s without wait, after UnavailableAfter with it; once GCS
+// answers again, the same claim succeeds (the control).
+func TestUnavailable(t *testing.T) {
+	leakCheck(t)
+	emu := gcstest.Start(t)
+	px, err := faultproxy.New(emu.URL, 3, faultproxy.Faults{Unavailable: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	b := newBackend(t, emu, func(c *gcsbackend.Config) {
+		c.Endpoint = gcstest.Endpoint(px.URL)
+		c.UnavailableAfter = 5 * time.Second
+	})
+	ctx := ctxT(t, 30*time.Second)
+	for _, c := range []struct {
+		wait bool
+		want time.Duration
+	}{{false, 3 * time.Second}, {true, 5 * time.Second}} {
+		start := time.Now()
+		_, err := b.Claim(ctx, dirLock("u"), lockmgr.Exclusive, c.wait)
+		d := time.Since(start)
+		t.Logf("wait=%v: %v after %v", c.wait, err, d.Round(time.Millisecond))
+		if !errors.Is(err, lockmgr.ErrUnavailable) || d < c.want || d > c.want+2*time.Second {
+			t.Errorf("wait=%v: %v after %v; want ErrUnavailable after about %v", c.wait, err, d, c.want)
+		}
+	}
+	px.SetFaults(faultproxy.Faults{})
+	if _, err := b.Claim(ctx, dirLock("u"), lockmgr.Exclusive, false); err != nil {
+		t.Fatalf("control, GCS back: %v", err)
 	}
 }

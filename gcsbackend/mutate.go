@@ -81,6 +81,9 @@ type mutateOpts struct {
 	// until, if not 0, is a monotonic instant no request may outlive (the
 	// end of the lease's validity).
 	until time.Duration
+	// giveUp, if not 0, replaces UnavailableAfter: how long GCS may fail
+	// before the mutation fails with lockmgr.ErrUnavailable.
+	giveUp time.Duration
 }
 
 // mutate applies ed to the object until a write lands, ed refuses, or ctx
@@ -88,6 +91,9 @@ type mutateOpts struct {
 func (b *Backend) mutate(ctx context.Context, name string, o mutateOpts, ed edit, eff effect) (landed, error) {
 	bo := b.newBackoff(retryMin, retryMax)
 	fails := b.newFailClock()
+	if o.giveUp != 0 {
+		fails.limit = o.giveUp
+	}
 	var cur *snapshot
 	if o.base != nil {
 		c := *o.base
@@ -212,22 +218,25 @@ var errExpired = errors.New("lease validity ended")
 // failClock tracks how long GCS has been failing without a break.
 type failClock struct {
 	b     *Backend
+	limit time.Duration // how long failures may last
 	since time.Duration // first failure of the current run; 0 if none
 }
 
-func (b *Backend) newFailClock() *failClock { return &failClock{b: b} }
+func (b *Backend) newFailClock() *failClock {
+	return &failClock{b: b, limit: b.cfg.UnavailableAfter}
+}
 
 func (f *failClock) ok() { f.since = 0 }
 
 // fail records a transient failure and returns an error wrapping
-// lockmgr.ErrUnavailable once failures have lasted UnavailableAfter.
+// lockmgr.ErrUnavailable once failures have lasted its limit.
 func (f *failClock) fail(err error) error {
 	now := f.b.clock.Now()
 	if f.since == 0 {
 		f.since = now
 		return nil
 	}
-	if now-f.since >= f.b.cfg.UnavailableAfter {
+	if now-f.since >= f.limit {
 		return fmt.Errorf("%w: GCS failing for %v: %v", lockmgr.ErrUnavailable, (now - f.since).Round(time.Millisecond), err)
 	}
 	return nil
