@@ -39,6 +39,8 @@ type Faults struct {
 	// duration in [0, Latency] before they are handled.
 	LatencyRate float64
 	Latency     time.Duration
+	// WritesOnly limits the faults to requests other than GET and HEAD.
+	WritesOnly bool
 }
 
 // Stats counts what the proxy did.
@@ -162,10 +164,13 @@ const (
 )
 
 // draw decides what to do with one request.
-func (p *Proxy) draw() (act action, delay time.Duration, hole chan struct{}) {
+func (p *Proxy) draw(method string) (act action, delay time.Duration, hole chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f := p.faults
+	if f.WritesOnly && (method == http.MethodGet || method == http.MethodHead) {
+		return forward, 0, p.hole
+	}
 	x := p.rnd.Float64()
 	switch {
 	case x < f.RateLimited:
@@ -190,7 +195,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		resetConn(w)
 		return
 	}
-	act, delay, hole := p.draw()
+	act, delay, hole := p.draw(r.Method)
 	if hole != nil {
 		p.blackholed.Add(1)
 		select {
