@@ -11,7 +11,9 @@ import (
 
 // seq: sequential write and read of a Config.SeqBytes file (1 MiB per
 // system call) through the lockfs mount and on SOURCE directly,
-// alternately, with a fresh file on each side in each repetition.
+// alternately, with a fresh file on each side in each repetition; then the
+// same through go-fuse's loopback over the same SOURCE, to tell lockfs's
+// own cost from the FUSE transport's.
 //
 //   - write: create, write, fsync, close (the data is on disk when the clock
 //     stops). Key seq_write_ratio_vs_backing; without the fsync (data in
@@ -19,12 +21,14 @@ import (
 //   - read: a file written on SOURCE, fsynced and dropped from the page
 //     cache (posix_fadvise DONTNEED), read to its end: both sides read from
 //     the disk. Key seq_read_ratio_vs_backing. Read again with SOURCE's
-//     pages cached (lockfs does not keep its own page cache across opens):
-//     seq_read_warm_ratio_vs_backing.
+//     pages cached (a FUSE file system without keep_cache drops its own
+//     page cache on open): seq_read_warm_ratio_vs_backing.
 //
 // Every ratio is lockfs MB/s / SOURCE MB/s per repetition, median; the
-// MB/s figures are seq_{read,write}_mb_s and backing_seq_{read,write}_mb_s
-// (and the _buffered and _warm variants).
+// MB/s figures are seq_{read,write}_mb_s, backing_seq_{read,write}_mb_s
+// and gofuse_seq_{read,write}_mb_s (and the _buffered and _warm variants),
+// and the ratios to go-fuse *_ratio_vs_gofuse. Dirty data is written back
+// (sync) before every timed step, outside the clock.
 func (r *runner) seq(ctx context.Context) error {
 	if err := r.mainMounts(ctx); err != nil {
 		return err
@@ -33,52 +37,59 @@ func (r *runner) seq(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	mdir := filepath.Join(r.lockfs.dir, "seq")
+	sides := []string{filepath.Join(r.lockfs.dir, "seq"), dir, filepath.Join(r.gofuse.dir, "seq")}
 	size := fmt.Sprint(r.cfg.SeqBytes)
 	rate := func(args ...string) (float64, error) {
+		unix.Sync()
 		var out struct {
 			MBPerS float64 `json:"mb_per_s"`
 		}
 		err := runJSON(ctx, &out, r.bin(binLoadgen), args...)
 		return out.MBPerS, err
 	}
-	type series struct{ lfs, src []float64 }
+	// series holds lockfs, SOURCE and go-fuse figures.
+	type series [3][]float64
 	var wr, wrBuf, rdCold, rdWarm series
-	pair := func(s *series, rep int, a, b func() (float64, error)) error {
-		var x, y float64
+	// step measures fn on each side: lockfs and SOURCE alternately, then
+	// go-fuse.
+	step := func(s *series, rep int, fn func(side int) (float64, error)) error {
+		var x [3]float64
 		err := alternate(rep, func() (err error) {
-			x, err = a()
+			x[0], err = fn(0)
 			return err
 		}, func() (err error) {
-			y, err = b()
+			x[1], err = fn(1)
 			return err
 		})
-		s.lfs, s.src = append(s.lfs, x), append(s.src, y)
-		return err
+		if err != nil {
+			return err
+		}
+		if x[2], err = fn(2); err != nil {
+			return err
+		}
+		for i := range x {
+			s[i] = append(s[i], x[i])
+		}
+		return nil
 	}
 	for rep := 0; rep < r.cfg.Reps; rep++ {
-		name := func(kind, side string) string { return fmt.Sprintf("%s-%s-%d", kind, side, rep) }
-		// Durable writes.
-		err := pair(&wr, rep, func() (float64, error) {
-			return rate("write", "-file", filepath.Join(mdir, name("w", "m")), "-size", size, "-fsync")
-		}, func() (float64, error) {
-			return rate("write", "-file", filepath.Join(dir, name("w", "d")), "-size", size, "-fsync")
+		name := func(kind string, side int) string { return fmt.Sprintf("%s-%d-%d", kind, side, rep) }
+		err := step(&wr, rep, func(i int) (float64, error) {
+			return rate("write", "-file", filepath.Join(sides[i], name("w", i)), "-size", size, "-fsync")
 		})
 		if err != nil {
 			return err
 		}
-		// Buffered writes.
-		err = pair(&wrBuf, rep, func() (float64, error) {
-			return rate("write", "-file", filepath.Join(mdir, name("b", "m")), "-size", size)
-		}, func() (float64, error) {
-			return rate("write", "-file", filepath.Join(dir, name("b", "d")), "-size", size)
+		err = step(&wrBuf, rep, func(i int) (float64, error) {
+			return rate("write", "-file", filepath.Join(sides[i], name("b", i)), "-size", size)
 		})
 		if err != nil {
 			return err
 		}
-		// Files to read, written on SOURCE and dropped from the cache.
-		for _, side := range []string{"m", "d"} {
-			p := filepath.Join(dir, name("r", side))
+		// Files to read, one per side, written on SOURCE and dropped from
+		// the cache.
+		for i := range sides {
+			p := filepath.Join(dir, name("r", i))
 			if _, err := rate("write", "-file", p, "-size", size, "-fsync"); err != nil {
 				return err
 			}
@@ -86,17 +97,16 @@ func (r *runner) seq(ctx context.Context) error {
 				return err
 			}
 		}
-		readM := func() (float64, error) { return rate("read", "-file", filepath.Join(mdir, name("r", "m"))) }
-		readD := func() (float64, error) { return rate("read", "-file", filepath.Join(dir, name("r", "d"))) }
-		if err := pair(&rdCold, rep, readM, readD); err != nil {
+		read := func(i int) (float64, error) { return rate("read", "-file", filepath.Join(sides[i], name("r", i))) }
+		if err := step(&rdCold, rep, read); err != nil {
 			return err
 		}
-		// Warm: SOURCE's pages are cached now, on both sides.
-		if err := pair(&rdWarm, rep, readM, readD); err != nil {
+		if err := step(&rdWarm, rep, read); err != nil {
 			return err
 		}
-		r.logf("seq rep %d: write %.0f/%.0f MB/s, buffered %.0f/%.0f, read cold %.0f/%.0f, warm %.0f/%.0f (lockfs/SOURCE)",
-			rep, wr.lfs[rep], wr.src[rep], wrBuf.lfs[rep], wrBuf.src[rep], rdCold.lfs[rep], rdCold.src[rep], rdWarm.lfs[rep], rdWarm.src[rep])
+		r.logf("seq rep %d (MB/s, lockfs/SOURCE/go-fuse): write %.0f/%.0f/%.0f, buffered %.0f/%.0f/%.0f, read cold %.0f/%.0f/%.0f, warm %.0f/%.0f/%.0f",
+			rep, wr[0][rep], wr[1][rep], wr[2][rep], wrBuf[0][rep], wrBuf[1][rep], wrBuf[2][rep],
+			rdCold[0][rep], rdCold[1][rep], rdCold[2][rep], rdWarm[0][rep], rdWarm[1][rep], rdWarm[2][rep])
 		// Free the disk before the next repetition.
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
@@ -114,13 +124,17 @@ func (r *runner) seq(ctx context.Context) error {
 		{"seq_read", "sequential read, not cached", rdCold, &g},
 		{"seq_read_warm", "sequential read, SOURCE cached", rdWarm, nil},
 	} {
-		sl, ss, rat := summarize(v.s.lfs), summarize(v.s.src), summarize(ratios(v.s.lfs, v.s.src))
+		sl, ss, sg := summarize(v.s[0]), summarize(v.s[1]), summarize(v.s[2])
+		rat, ratG := summarize(ratios(v.s[0], v.s[1])), summarize(ratios(v.s[0], v.s[2]))
 		r.res.setSummary(v.key+"_mb_s", sl)
 		r.res.setSummary("backing_"+v.key+"_mb_s", ss)
+		r.res.setSummary("gofuse_"+v.key+"_mb_s", sg)
 		r.res.setSummary(v.key+"_ratio_vs_backing", rat)
+		r.res.setSummary(v.key+"_ratio_vs_gofuse", ratG)
 		gt, met := r.res.met(v.key+"_ratio_vs_backing", v.goal)
 		r.res.addRow(Row{fmt.Sprintf("%s %d MiB (MB/s) vs on SOURCE", v.label, r.cfg.SeqBytes>>20),
 			fmtSummary(sl, "MB/s"), fmtSummary(ss, "MB/s"), fmtSummary(rat, ""), gt, met})
+		r.res.addRow(Row{"  the same vs go-fuse loopback", fmtSummary(sl, "MB/s"), fmtSummary(sg, "MB/s"), fmtSummary(ratG, ""), "", ""})
 	}
 	return nil
 }
