@@ -73,7 +73,7 @@ type lease struct {
 // at once.
 func (b *Backend) newLease(ctx context.Context, id lockmgr.LockID, name, claim string, res landed) (*lease, error) {
 	e := res.snap.rec.find(claim)
-	if e == nil || res.sentAt == 0 {
+	if e == nil || !res.wrote {
 		return nil, fmt.Errorf("internal error: claim %s landed without its entry", claim)
 	}
 	l := &lease{
@@ -475,7 +475,7 @@ func (l *lease) write(ctx context.Context, ed edit, eff effect, until time.Durat
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.snap = res.snap
-	if res.sentAt == 0 || l.lostErr != nil || l.released {
+	if !res.wrote || l.lostErr != nil || l.released {
 		return nil
 	}
 	e := res.snap.rec.find(l.claim)
@@ -487,7 +487,7 @@ func (l *lease) write(ctx context.Context, ed edit, eff effect, until time.Durat
 	if e.Epoch != l.epoch {
 		l.epoch, l.tokens = e.Epoch, 0
 	}
-	if res.sentAt > l.lastSent {
+	if res.sentAt >= l.lastSent {
 		l.lastSent = res.sentAt
 		l.validUntil = res.sentAt + l.b.cfg.vouch()
 		l.refreshDue = res.sentAt + l.b.cfg.RefreshInterval

@@ -70,7 +70,8 @@ func (e *errAmbiguous) Unwrap() error { return e.err }
 // landed is the result of a successful mutation.
 type landed struct {
 	snap   snapshot      // the version that carries the write
-	sentAt time.Duration // earliest send of the write that landed; 0 for errNoChange
+	wrote  bool          // false if the edit said errNoChange
+	sentAt time.Duration // earliest send of the write that landed, if wrote
 }
 
 // mutateOpts are the knobs of one mutation.
@@ -118,19 +119,19 @@ func (b *Backend) mutate(ctx context.Context, name string, o mutateOpts, ed edit
 		payload := next.encode()
 		base := cur.gen
 		var firstSent time.Duration
+		sentOnce := false
 		for {
 			if err := b.beforeWrite(ctx, o.until); err != nil {
 				return landed{}, err
 			}
-			sent := b.clock.Now()
-			if firstSent == 0 {
-				firstSent = sent
+			if !sentOnce {
+				firstSent, sentOnce = b.clock.Now(), true
 			}
 			rctx, cancel := b.requestCtx(ctx, o.until)
 			gen, oc, err := b.write(rctx, name, base, payload)
 			cancel()
 			if oc == outcomeOK {
-				return landed{snap: snapshot{gen: gen, rec: next}, sentAt: firstSent}, nil
+				return landed{snap: snapshot{gen: gen, rec: next}, wrote: true, sentAt: firstSent}, nil
 			}
 			if oc == outcomePermanent {
 				return landed{}, fmt.Errorf("write %s: %w", name, err)
@@ -159,7 +160,7 @@ func (b *Backend) mutate(ctx context.Context, name string, o mutateOpts, ed edit
 			}
 			if s.rec != nil && (s.rec.Write == next.Write || (eff != nil && eff(s.rec))) {
 				b.stats.recognised.Add(1)
-				return landed{snap: s, sentAt: firstSent}, nil
+				return landed{snap: s, wrote: true, sentAt: firstSent}, nil
 			}
 			if s.gen == base {
 				continue // nothing landed yet: send the same write again
