@@ -1,0 +1,178 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"testing"
+	"time"
+
+	"bazil.org/fuse"
+	"golang.org/x/sys/unix"
+
+	lockfs "github.com/lockfs/lockfs/fs"
+	"github.com/lockfs/lockfs/localbackend"
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// TestProfileDaemon profiles a lockfs daemon that runs in this test
+// process, built from the same packages and options as `lockfs mount`
+// (local backend), under the harness's loads: CPU profiles of lock pairs
+// at depth 4, of create+stat+unlink cycles and of a sequential read, and a
+// heap profile with many locks held. It adds nothing to the daemon. It
+// runs only when LOCKFS_BENCH_PROFILE names a directory for the profiles
+// (LOCKFS_BENCH_PROFILE_HELD: how many locks to hold, default 15000):
+//
+//	LOCKFS_BENCH_PROFILE=/tmp/prof go test -run TestProfileDaemon -v ./bench/
+//	go tool pprof -top /tmp/prof/cpu-pair.pprof
+func TestProfileDaemon(t *testing.T) {
+	out := os.Getenv("LOCKFS_BENCH_PROFILE")
+	if out == "" {
+		t.Skip("set LOCKFS_BENCH_PROFILE=DIR to profile an in-process lockfs daemon")
+	}
+	requireFUSE(t)
+	held := 15000
+	if s := os.Getenv("LOCKFS_BENCH_PROFILE_HELD"); s != "" {
+		var err error
+		if held, err = strconv.Atoi(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	if b, err := exec.Command("go", "build", "-o", bin+"/", "./internal/loadgen").CombinedOutput(); err != nil {
+		t.Fatalf("build loadgen: %v\n%s", err, b)
+	}
+	loadgen := filepath.Join(bin, "loadgen")
+	src, mnt := t.TempDir(), t.TempDir()
+	for _, d := range []string{"a/b/c/d", "meta"} {
+		if err := os.MkdirAll(filepath.Join(src, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < held; i++ {
+		if err := os.MkdirAll(filepath.Join(src, "h", strconv.Itoa(i/1000), strconv.Itoa(i%1000)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	backend, err := localbackend.New(localbackend.Config{Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs, err := lockmgr.NewProcTree(lockmgr.ProcTreeConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := lockmgr.New(lockmgr.Config{Backend: backend, Processes: procs, Host: "profile"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := lockfs.New(lockfs.Config{Source: src, Engine: engine, Host: "profile"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := fuse.Mount(mnt, lockfs.MountOptions(src, false)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- lockfs.Serve(conn, f) }()
+	t.Cleanup(func() {
+		if err := fuse.Unmount(mnt); err != nil {
+			exec.Command("fusermount3", "-uz", mnt).Run()
+		}
+		select {
+		case <-served:
+		case <-time.After(10 * time.Second):
+			t.Error("Serve did not return after the unmount")
+		}
+		conn.Close()
+		f.Close()
+		engine.Close()
+	})
+
+	run := func(args ...string) {
+		t.Helper()
+		b, err := exec.Command(loadgen, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("loadgen %v: %v: %s", args, err, b)
+		}
+		t.Logf("loadgen %s: %s", args[0], bytes.TrimSpace(b))
+	}
+	cpu := func(name string, fn func()) {
+		t.Helper()
+		p, err := os.Create(filepath.Join(out, "cpu-"+name+".pprof"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		if err := pprof.StartCPUProfile(p); err != nil {
+			t.Fatal(err)
+		}
+		fn()
+		pprof.StopCPUProfile()
+	}
+	cpu("pair", func() { run("pair", "-file", filepath.Join(mnt, "a/b/c/d/.lock"), "-n", "20000") })
+	cpu("meta", func() { run("meta", "-dir", filepath.Join(mnt, "meta"), "-n", "4000") })
+	big := filepath.Join(src, "big")
+	run("write", "-file", big, "-size", strconv.Itoa(256<<20))
+	cpu("read", func() { run("read", "-file", filepath.Join(mnt, "big")) })
+	os.Remove(big)
+
+	// Heap with many locks held.
+	heapIn := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapInuse
+	}
+	before := heapIn()
+	cmd := exec.Command(loadgen, "hold", "-root", filepath.Join(mnt, "h"), "-n", strconv.Itoa(held), "-fan", "1000")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	var ready struct{ Held float64 }
+	if err := json.NewDecoder(stdout).Decode(&ready); err != nil || int(ready.Held) != held {
+		t.Fatalf("holder: %v %+v", err, ready)
+	}
+	go io.Copy(io.Discard, stdout)
+	after := heapIn()
+	hp, err := os.Create(filepath.Join(out, "heap-held.pprof"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hp.Close()
+	if err := pprof.Lookup("heap").WriteTo(hp, 0); err != nil {
+		t.Fatal(err)
+	}
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	msg := fmt.Sprintf("%d locks held: heap in use %.1f MiB -> %.1f MiB (%.2f KiB per lock); max RSS of the test process %.0f MiB",
+		held, float64(before)/(1<<20), float64(after)/(1<<20), float64(after-before)/1024/float64(held), float64(ru.Maxrss)/1024)
+	t.Log(msg)
+	if err := os.WriteFile(filepath.Join(out, "summary.txt"), []byte(msg+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_ = context.Background
+}
