@@ -73,7 +73,7 @@ type Config struct {
 // a two-core VM.
 func DefaultConfig() Config {
 	return Config{
-		Reps:          5,
+		Reps:          7,
 		PairOps:       3000,
 		CycleOps:      1500,
 		HandoffProcs:  8,
@@ -88,7 +88,7 @@ func DefaultConfig() Config {
 		DisjointProcs: []int{1, 2, 4, 8},
 		DisjointDur:   time.Second,
 		GCSTTL:        3 * time.Second,
-		GCSHoldTTLs:   2,
+		GCSHoldTTLs:   1,
 		GCSReps:       5,
 	}
 }

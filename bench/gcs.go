@@ -381,10 +381,10 @@ func (g *gcsRun) report() {
 		fmt.Sprintf("reads %s; root lock: %s", fmtSummary(relR, ""), fmtSummary(rootR, "")), &one)
 	row("GCS requests per hand-off between 2 processes of one host", "gcs_requests_local_handoff", ho, "", &zero)
 	row(fmt.Sprintf("GCS requests per TTL holding one depth-4 lock (TTL %v)", g.ttl), "gcs_refreshes_per_ttl", rf,
-		fmt.Sprintf("%d objects, refresh every %v", gcsObjects, g.refreshInterval), nil)
+		fmt.Sprintf("%d objects, refresh every %v", gcsObjects, g.refreshInterval.Round(time.Millisecond)), nil)
 	tg := between(0, 1)
 	row(fmt.Sprintf("GCS takeover after kill -9 of the holder, s minus TTL (TTL %v)", g.ttl), "gcs_takeover_s_minus_ttl", to,
-		fmt.Sprintf("stale after TTL+refresh = %v", g.ttl+g.refreshInterval), &tg)
+		fmt.Sprintf("stale after TTL+refresh = %v", (g.ttl+g.refreshInterval).Round(time.Millisecond)), &tg)
 }
 
 // soloProcs is a process tree where every thread id is a process of its
