@@ -343,8 +343,22 @@ func (e *Engine) waitChangeLocked(ctx context.Context, ls *lockState, tid int, r
 // backend call. On return mu is held and ls.busy is false.
 func (e *Engine) claimLocked(ctx context.Context, ls *lockState, need Mode, wait bool) error {
 	lease := ls.lease
+	// A lease that no hold needs is given back and claimed anew rather
+	// than upgraded: an upgrade keeps the old claim while it waits, and
+	// two hosts upgrading claims nobody needs would wait for each other.
+	var stale Lease
+	if lease != nil && ls.heldModeLocked() == 0 {
+		stale, lease = lease, nil
+		ls.lease = nil
+		ls.unwatchLocked()
+	}
 	ls.busy, ls.busyWaits = true, wait
 	e.mu.Unlock()
+	if stale != nil {
+		if err := stale.Release(context.WithoutCancel(ctx)); err != nil {
+			e.log.WithError(err).WithField("path", ls.id.String()).Warn("backend release failed")
+		}
+	}
 
 	bctx := ctx
 	if wait {

@@ -99,9 +99,12 @@ func (e *Engine) settleLocked(ls *lockState) {
 		if need >= lease.Mode() && lease.Err() == nil {
 			return
 		}
-		if need == 0 && len(ls.queue) > 0 && lease.Err() == nil {
+		if need == 0 && len(ls.queue) > 0 && lease.Err() == nil && lease.Mode() >= ls.queue[0].step.mode {
 			// A waiter is about to be granted: hand the lease over
-			// rather than give it back and claim it again.
+			// rather than give it back and claim it again. A lease too
+			// weak for it is given back instead: upgrading a claim that
+			// no hold needs would hold it while waiting, and two hosts
+			// doing so would wait for each other.
 			return
 		}
 		ls.busy = true
