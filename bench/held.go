@@ -211,6 +211,7 @@ type holder struct {
 func (r *runner) startHolder(ctx context.Context, root string, n int) (*holder, error) {
 	cmd := exec.Command(r.bin(binLoadgen), "hold", "-root", root, "-n", itoa(n), "-fan", itoa(heldFan))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Env = loadgenEnv()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err

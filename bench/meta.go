@@ -16,7 +16,7 @@ import (
 // Keys: meta_ops_per_s, gofuse_meta_ops_per_s (cycles per second),
 // meta_ops_ratio_vs_gofuse (lockfs/go-fuse per repetition, median); and
 // meta_tmpfs_ops_per_s, gofuse_meta_tmpfs_ops_per_s,
-// meta_tmpfs_ratio_vs_gofuse.
+// meta_tmpfs_ops_ratio_vs_gofuse.
 func (r *runner) meta(ctx context.Context) error {
 	if err := r.mainMounts(ctx); err != nil {
 		return err
@@ -54,7 +54,7 @@ func (r *runner) meta(ctx context.Context) error {
 }
 
 // metaPair measures meta cycles in lockfsDir and gofuseDir alternately and
-// records them under key (meta or meta_tmpfs).
+// records them under key_ops (meta or meta_tmpfs).
 func (r *runner) metaPair(ctx context.Context, key, label, lockfsDir, gofuseDir string) error {
 	n := itoa(r.cfg.MetaOps)
 	var lfs, gof []float64
@@ -74,11 +74,8 @@ func (r *runner) metaPair(ctx context.Context, key, label, lockfsDir, gofuseDir 
 		r.logf("%s rep %d: lockfs %.0f/s go-fuse %.0f/s", key, rep, 1e9/a, 1e9/b)
 	}
 	sl, sg, rat := summarize(lfs), summarize(gof), summarize(ratios(lfs, gof))
+	key += "_ops"
 	ratioKey := key + "_ratio_vs_gofuse"
-	if key == "meta" {
-		ratioKey = "meta_ops_ratio_vs_gofuse"
-		key = "meta_ops"
-	}
 	r.res.setSummary(key+"_per_s", sl)
 	r.res.setSummary("gofuse_"+key+"_per_s", sg)
 	r.res.setSummary(ratioKey, rat)

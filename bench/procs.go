@@ -58,10 +58,17 @@ func buildHelpers(ctx context.Context, modDir, dir string) error {
 	return nil
 }
 
+// loadgenEnv is the environment of every helper the harness runs: Go's
+// asynchronous preemption off, so that the runtime's SIGURG does not
+// interrupt FUSE requests in flight (each would cost the daemon an
+// INTERRUPT request that a C program would not send).
+func loadgenEnv() []string { return append(os.Environ(), "GODEBUG=asyncpreemptoff=1") }
+
 // runJSON runs a helper to completion and decodes its one JSON object of
 // output into v.
 func runJSON(ctx context.Context, v any, bin string, args ...string) error {
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = loadgenEnv()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.WaitDelay = time.Second

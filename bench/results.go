@@ -194,6 +194,8 @@ func fmtNum(v float64) string {
 	switch a := math.Abs(v); {
 	case math.IsNaN(v):
 		return "–"
+	case v == math.Trunc(v) && a < 1e15:
+		return fmt.Sprintf("%.0f", v) // counts
 	case a >= 1000:
 		return fmt.Sprintf("%.0f", v)
 	case a >= 100:

@@ -16,7 +16,10 @@
 //	loadgen write    -file F -size B [-fsync]  sequential write of a new file
 //	loadgen read     -file F                   sequential read
 //
-// Times are CLOCK_MONOTONIC nanoseconds, comparable between processes.
+// Times are CLOCK_MONOTONIC nanoseconds, comparable between processes. The
+// harness runs it with GODEBUG=asyncpreemptoff=1: the runtime's preemption
+// signal would otherwise interrupt FUSE requests in flight, which a C
+// program does not do.
 package main
 
 import (
