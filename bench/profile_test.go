@@ -2,7 +2,6 @@ package bench_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,8 +25,9 @@ import (
 // TestProfileDaemon profiles a lockfs daemon that runs in this test
 // process, built from the same packages and options as `lockfs mount`
 // (local backend), under the harness's loads: CPU profiles of lock pairs
-// at depth 4, of create+stat+unlink cycles and of a sequential read, and a
-// heap profile with many locks held. It adds nothing to the daemon. It
+// at depth 4, of create+stat+unlink cycles, of eight processes on disjoint
+// locks (with a mutex profile) and of a sequential read, and a heap profile
+// with many locks held. It adds nothing to the daemon. It
 // runs only when LOCKFS_BENCH_PROFILE names a directory for the profiles
 // (LOCKFS_BENCH_PROFILE_HELD: how many locks to hold, default 15000):
 //
@@ -125,6 +125,36 @@ func TestProfileDaemon(t *testing.T) {
 	}
 	cpu("pair", func() { run("pair", "-file", filepath.Join(mnt, "a/b/c/d/.lock"), "-n", "20000") })
 	cpu("meta", func() { run("meta", "-dir", filepath.Join(mnt, "meta"), "-n", "4000") })
+	// Eight processes on disjoint locks, with the mutex profile on.
+	runtime.SetMutexProfileFraction(10)
+	cpu("disjoint8", func() {
+		var ts unix.Timespec
+		unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+		start := strconv.FormatInt(ts.Nano()+int64(300*time.Millisecond), 10)
+		done := make(chan struct{}, 8)
+		for i := 0; i < 8; i++ {
+			d := filepath.Join(src, "disjoint", strconv.Itoa(i), "c", "d")
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				defer func() { done <- struct{}{} }()
+				b, err := exec.Command(loadgen, "disjoint", "-file", filepath.Join(mnt, "disjoint", strconv.Itoa(i), "c", "d", ".lock"),
+					"-start", start, "-dur", "3s").CombinedOutput()
+				if err != nil {
+					t.Errorf("disjoint: %v: %s", err, b)
+				}
+			}()
+		}
+		for i := 0; i < 8; i++ {
+			<-done
+		}
+	})
+	if mp, err := os.Create(filepath.Join(out, "mutex-disjoint8.pprof")); err == nil {
+		pprof.Lookup("mutex").WriteTo(mp, 0)
+		mp.Close()
+	}
+	runtime.SetMutexProfileFraction(0)
 	big := filepath.Join(src, "big")
 	run("write", "-file", big, "-size", strconv.Itoa(256<<20))
 	cpu("read", func() { run("read", "-file", filepath.Join(mnt, "big")) })
@@ -174,5 +204,4 @@ func TestProfileDaemon(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(out, "summary.txt"), []byte(msg+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_ = context.Background
 }
