@@ -109,7 +109,7 @@ type Config struct {
 	Mountpoint string
 	Backend    string
 	// Notes, if set, returns the note written by a holder's descriptor.
-	Notes func(lockmgr.Owner) string
+	Notes func(lockmgr.LockID, lockmgr.Owner) string
 	// Logger receives the audit line of every break. Nil discards.
 	Logger logrus.FieldLogger
 	// ProcRoot is where to read command names ("/proc" by default).
@@ -305,7 +305,7 @@ func (s *Server) status(p string, uid int) []Lock {
 				hv.Host, hv.PID, hv.UID, hv.Since, hv.Token = h.Host, h.Process.PID, &u, h.Since.UTC(), h.Token
 				hv.Command = s.comm(h.Process.PID)
 				if s.cfg.Notes != nil {
-					hv.Note = s.cfg.Notes(h.Owner)
+					hv.Note = s.cfg.Notes(st.Lock, h.Owner)
 				}
 			} else {
 				hv.Hidden = true

@@ -41,7 +41,7 @@ func newServer(t *testing.T) (*lockmgr.Engine, string, chan lockmgr.LostHold) {
 		t.Fatal(err)
 	}
 	s, err := NewServer(Config{Engine: e, Mountpoint: "/mnt/x", Backend: "local",
-		Notes: func(o lockmgr.Owner) string { return "note-" + o.String() }})
+		Notes: func(id lockmgr.LockID, o lockmgr.Owner) string { return "note-" + o.String() }})
 	if err != nil {
 		t.Fatal(err)
 	}

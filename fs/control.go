@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/fnv"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -341,4 +342,27 @@ func (h *controlHandle) noteText() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return string(h.note)
+}
+
+// Note returns what owner's descriptor wrote to the control file of lock
+// id, "" if nothing; for status output outside the mount (lockfs status).
+func (f *FS) Note(id lockmgr.LockID, owner lockmgr.Owner) string {
+	c := f.control()
+	c.mu.Lock()
+	var nodes []*controlNode
+	for key, n := range c.nodes {
+		if key.kind == id.Kind {
+			nodes = append(nodes, n)
+		}
+	}
+	c.mu.Unlock()
+	for _, n := range nodes {
+		n.mu.Lock()
+		rec, ok := n.owners[owner]
+		n.mu.Unlock()
+		if ok && rec.id == id {
+			return strings.TrimSuffix(rec.h.noteText(), "\n")
+		}
+	}
+	return ""
 }

@@ -128,3 +128,31 @@ func (c *heldCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(n), k)
 	}
 }
+
+// Count is one backend request counter: an operation (read, write), an
+// outcome (ok, precondition_failed, rate_limited...) and its total.
+type Count struct {
+	Op, Outcome string
+	N           uint64
+}
+
+// RegisterBackendRequests exposes lockfs_backend_requests_total{op,outcome}
+// read from counts at every scrape (the gcs backend's request counters).
+func (m *Metrics) RegisterBackendRequests(counts func() []Count) {
+	m.reg.MustRegister(&countCollector{counts: counts, desc: prometheus.NewDesc("lockfs_backend_requests_total",
+		"Requests the lock backend sent, by operation and outcome (for gcs: 412 = precondition_failed, 429 = rate_limited).",
+		[]string{"op", "outcome"}, nil)})
+}
+
+type countCollector struct {
+	counts func() []Count
+	desc   *prometheus.Desc
+}
+
+func (c *countCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *countCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, n := range c.counts() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(n.N), n.Op, n.Outcome)
+	}
+}

@@ -5,6 +5,8 @@
 //
 //	lockfs mount [flags] SOURCE MOUNTPOINT   serve SOURCE at MOUNTPOINT (foreground)
 //	lockfs unmount MOUNTPOINT                unmount, lazily if busy
+//	lockfs status [--json] MOUNTPOINT|PATH   who holds and waits for which lock
+//	lockfs break [--kind K] PATH             forcibly end a lock (root only)
 //	lockfs version                           print the version
 //
 // This is the only package that parses flags, installs signal handlers,
@@ -44,6 +46,8 @@ const mainUsage = `lockfs: a FUSE filesystem with hierarchical directory locks.
 Usage:
   lockfs mount [flags] SOURCE MOUNTPOINT   present SOURCE at MOUNTPOINT, in the foreground
   lockfs unmount MOUNTPOINT                unmount a lockfs mount (lazily if busy)
+  lockfs status [--json] MOUNTPOINT|PATH   who holds and waits for which lock
+  lockfs break [--kind K] PATH             forcibly end a lock (root only)
   lockfs version                           print the version
 
 Run "lockfs COMMAND -h" for the flags of a command.
@@ -65,6 +69,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runMount(rest, stdout, stderr)
 	case "unmount", "umount":
 		err = runUnmount(rest, stdout, stderr)
+	case "status":
+		err = runStatus(rest, stdout, stderr)
+	case "break":
+		err = runBreak(rest, stdout, stderr)
 	case "version", "--version", "-version":
 		err = runVersion(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -13,9 +15,11 @@ import (
 	"bazil.org/fuse"
 	"github.com/sirupsen/logrus"
 
+	"github.com/lockfs/lockfs/admin"
 	"github.com/lockfs/lockfs/fs"
-	"github.com/lockfs/lockfs/localbackend"
+	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/lockmgr"
+	"github.com/lockfs/lockfs/metrics"
 )
 
 const mountUsage = `Usage: lockfs mount [flags] SOURCE MOUNTPOINT
@@ -47,9 +51,6 @@ const (
 	closeTimeout = 30 * time.Second
 )
 
-// backends are the values --backend accepts.
-var backends = []string{"local"}
-
 // mountFlags are the flags of "lockfs mount".
 type mountFlags struct {
 	backend     string
@@ -58,17 +59,32 @@ type mountFlags struct {
 	logLevel    string
 	logFormat   string
 	onLeaseLoss string
+	metricsAddr string
+	adminDir    string
+	gcs         gcsFlags
 }
 
-func runMount(args []string, stdout, stderr io.Writer) error {
-	var mf mountFlags
-	c := newCommand("mount", mountUsage)
+// addMountFlags declares the flags of "lockfs mount" on c.
+func addMountFlags(c *command, mf *mountFlags) {
 	c.flags.StringVar(&mf.backend, "backend", "local", "where lock state lives: "+strings.Join(backends, ", "))
 	c.flags.BoolVar(&mf.allowOther, "allow-other", false, "let users other than the one mounting use the mount (permissions are still checked)")
 	c.flags.BoolVar(&mf.allowRemote, "allow-remote-source", false, "allow a SOURCE on NFS, CIFS/SMB or FUSE, whose flock is not this host's")
 	c.flags.StringVar(&mf.logLevel, "log-level", "info", "log level: error, warn, info, debug or trace")
 	c.flags.StringVar(&mf.logFormat, "log-format", "text", "log format: text or json")
-	c.flags.StringVar(&mf.onLeaseLoss, "on-lease-loss", "SIGTERM", "signal sent to the process group of a holder whose lock is lost, or none")
+	c.flags.StringVar(&mf.onLeaseLoss, "on-lease-loss", "SIGTERM", "signal sent to the process group of a holder whose lock is lost or broken, or none")
+	c.flags.StringVar(&mf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
+	c.flags.StringVar(&mf.adminDir, "admin-dir", admin.SocketDir, "directory of the admin socket that lockfs status and lockfs break use")
+	c.flags.StringVar(&mf.gcs.bucket, "gcs-bucket", "", "gcs backend: the bucket holding the lock leases")
+	c.flags.StringVar(&mf.gcs.prefix, "gcs-prefix", "", "gcs backend: object name prefix, so one bucket can hold several namespaces")
+	c.flags.StringVar(&mf.gcs.endpoint, "gcs-endpoint", "", "gcs backend: a GCS emulator's JSON API URL (turns authentication off); empty = real GCS with Application Default Credentials")
+	c.flags.DurationVar(&mf.gcs.ttl, "lease-ttl", gcsbackend.DefaultTTL, "gcs backend: lease time to live; a crashed host's locks are taken over after it, refreshes run every TTL/3")
+	c.flags.StringVar(&mf.gcs.hostID, "host-id", "", "gcs backend: this host's name in the bucket (default: hostname plus a random suffix)")
+}
+
+func runMount(args []string, stdout, stderr io.Writer) error {
+	var mf mountFlags
+	c := newCommand("mount", mountUsage)
+	addMountFlags(c, &mf)
 	pos, err := c.parse(args, stdout)
 	if err != nil {
 		return err
@@ -78,6 +94,9 @@ func runMount(args []string, stdout, stderr io.Writer) error {
 	}
 	if !contains(backends, mf.backend) {
 		return usagef("--backend %q: valid values are %s", mf.backend, strings.Join(backends, ", "))
+	}
+	if err := mf.gcs.validate(mf.backend); err != nil {
+		return err
 	}
 	lossSig, err := parseSignal(mf.onLeaseLoss)
 	if err != nil {
@@ -104,8 +123,8 @@ func runMount(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log.WithFields(logrus.Fields{"version": Version(), "on_lease_loss": signalName(lossSig)}).
-		Infof("mounted %s at %s (backend %s)", paths.source, paths.mountpoint, mf.backend)
+	log.WithFields(logrus.Fields{"version": Version(), "on_lease_loss": signalName(lossSig), "admin_socket": d.adminPath}).
+		Infof("mounted %s at %s (backend %s)", paths.source, paths.mountpoint, describeBackend(mf, d.hostID))
 	return d.run(sigs)
 }
 
@@ -118,6 +137,26 @@ type daemon struct {
 	conn       *fuse.Conn
 	served     chan struct{} // closed when Serve returns
 	serveErr   error         // Serve's result; read after served is closed
+	admin      *admin.Server
+	adminPath  string
+	metricsSrv *http.Server // nil without --metrics-addr
+	hostID     string
+}
+
+// stopServices closes the admin socket and the metrics endpoint.
+func (d *daemon) stopServices() {
+	if d.admin != nil {
+		if err := d.admin.Close(); err != nil {
+			d.log.WithError(err).Warn("closing the admin socket")
+		}
+	}
+	if d.metricsSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := d.metricsSrv.Shutdown(ctx); err != nil {
+			d.log.WithError(err).Warn("stopping the metrics endpoint")
+		}
+	}
 }
 
 // start builds the backend, the engine and the filesystem, mounts it and
@@ -133,25 +172,31 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 		}
 	}()
 
-	backend, err := localbackend.New(localbackend.Config{
-		Source:         paths.source,
-		Logger:         log,
-		AllowNetworkFS: mf.allowRemote,
-	})
+	backend, hostID, counts, err := newBackend(mf, paths.source, log)
 	if err != nil {
 		return nil, err
+	}
+	if hostID != "" {
+		host = hostID
 	}
 	procs, err := lockmgr.NewProcTree(lockmgr.ProcTreeConfig{})
 	if err != nil {
 		backend.Close()
 		return nil, err
 	}
-	engine, err := lockmgr.New(lockmgr.Config{
+	var m *metrics.Metrics
+	var engine *lockmgr.Engine
+	m = metrics.New(func() []lockmgr.LockStatus { return engine.Snapshot() })
+	if counts != nil {
+		m.RegisterBackendRequests(counts)
+	}
+	engine, err = lockmgr.New(lockmgr.Config{
 		Backend:   backend,
 		Processes: procs,
 		Logger:    log,
 		Host:      host,
 		OnLoss:    lossHandler(lossSig, log),
+		Observer:  m,
 	})
 	if err != nil {
 		backend.Close()
@@ -174,6 +219,12 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 		fs:         f,
 		conn:       conn,
 		served:     make(chan struct{}),
+		hostID:     host,
+	}
+	undo = append(undo, func() { fuse.Unmount(paths.mountpoint) })
+	if err := d.startServices(mf, m, f); err != nil {
+		d.stopServices()
+		return nil, err
 	}
 	go func() {
 		defer close(d.served)
@@ -190,11 +241,13 @@ func (d *daemon) run(sigs <-chan os.Signal) error {
 	case <-d.served:
 		// Someone else unmounted (lockfs unmount, fusermount3 -u).
 		d.log.Info("unmounted from outside: releasing every lock and stopping")
+		d.stopServices()
 		return d.finish(d.serveErr)
 	case s := <-sigs:
 		d.log.WithField("signal", s.String()).Info("stopping: refusing new locks, releasing every lock, unmounting")
 	}
 
+	d.stopServices()
 	// Refuse new locks and wake every waiter (with ENOLCK), so that waiters
 	// let go of their files and the unmount is less likely to be busy.
 	engineClosed := make(chan error, 1)

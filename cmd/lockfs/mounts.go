@@ -81,3 +81,20 @@ func unescapeOctal(s string) string {
 	}
 	return b.String()
 }
+
+// lockfsMounts returns the mountpoints of every lockfs mount.
+func lockfsMounts() ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("reading the mount table: %w", err)
+	}
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		if m, ok := parseMountinfo(sc.Text()); ok && m.Type == "fuse.lockfs" {
+			out = append(out, m.Mountpoint)
+		}
+	}
+	return out, sc.Err()
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lockfs/lockfs/gcsbackend"
+	"github.com/lockfs/lockfs/localbackend"
+	"github.com/lockfs/lockfs/lockmgr"
+	"github.com/lockfs/lockfs/metrics"
+)
+
+// backends are the values --backend accepts.
+var backends = []string{"local", "gcs"}
+
+// gcsFlags are the flags of the gcs backend.
+type gcsFlags struct {
+	bucket   string
+	prefix   string
+	endpoint string
+	ttl      time.Duration
+	hostID   string
+}
+
+// validate checks the gcs flags against the chosen backend.
+func (g gcsFlags) validate(backend string) error {
+	if backend != "gcs" {
+		if g.bucket != "" || g.prefix != "" || g.endpoint != "" || g.hostID != "" {
+			return usagef("--gcs-* and --host-id flags need --backend gcs")
+		}
+		return nil
+	}
+	if g.bucket == "" {
+		return usagef("--backend gcs needs --gcs-bucket")
+	}
+	cfg := g.config(nil)
+	if err := cfg.Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	return nil
+}
+
+func (g gcsFlags) config(log logrus.FieldLogger) gcsbackend.Config {
+	return gcsbackend.Config{Bucket: g.bucket, Prefix: g.prefix, Endpoint: g.endpoint, TTL: g.ttl, HostID: g.hostID, Logger: log}
+}
+
+// newBackend builds the backend the flags choose. For gcs it also returns a
+// function that reads the request counters, for metrics.
+func newBackend(mf mountFlags, source string, log logrus.FieldLogger) (lockmgr.Backend, string, func() []metrics.Count, error) {
+	switch mf.backend {
+	case "gcs":
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		b, err := gcsbackend.New(ctx, mf.gcs.config(log))
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return b, b.HostID(), func() []metrics.Count { return gcsCounts(b.Stats()) }, nil
+	default:
+		b, err := localbackend.New(localbackend.Config{Source: source, Logger: log, AllowNetworkFS: mf.allowRemote})
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return b, "", nil, nil
+	}
+}
+
+// gcsCounts turns the gcs backend's counters into metric samples.
+func gcsCounts(s gcsbackend.Stats) []metrics.Count {
+	return []metrics.Count{
+		{Op: "read", Outcome: "ok", N: s.Reads - s.ReadsNotFound},
+		{Op: "read", Outcome: "not_found", N: s.ReadsNotFound},
+		{Op: "write", Outcome: "ok", N: s.WritesOK},
+		{Op: "write", Outcome: "precondition_failed", N: s.PreconditionFailed},
+		{Op: "any", Outcome: "rate_limited", N: s.RateLimited},
+		{Op: "any", Outcome: "server_error", N: s.ServerErrors},
+		{Op: "any", Outcome: "network_error", N: s.NetworkErrors},
+		{Op: "any", Outcome: "other_error", N: s.OtherErrors},
+		{Op: "write", Outcome: "ambiguous", N: s.Ambiguous},
+		{Op: "lease", Outcome: "claim", N: s.Claims},
+		{Op: "lease", Outcome: "refresh", N: s.Refreshes},
+		{Op: "lease", Outcome: "release", N: s.Releases},
+		{Op: "lease", Outcome: "lost", N: s.Losses},
+		{Op: "lease", Outcome: "takeover", N: s.Takeovers},
+	}
+}
+
+// describeBackend is the backend as the startup log line names it.
+func describeBackend(mf mountFlags, hostID string) string {
+	if mf.backend != "gcs" {
+		return mf.backend
+	}
+	s := fmt.Sprintf("gcs bucket=%s", mf.gcs.bucket)
+	if mf.gcs.prefix != "" {
+		s += " prefix=" + mf.gcs.prefix
+	}
+	if mf.gcs.endpoint != "" {
+		s += " endpoint=" + mf.gcs.endpoint
+	}
+	return s + " host=" + hostID
+}
