@@ -54,10 +54,14 @@ func TestLossHandlerSignalsProcessGroup(t *testing.T) {
 	if sig := waitSignalled(t, cmd); sig != syscall.SIGUSR1 {
 		t.Errorf("holder ended by %v, want SIGUSR1", sig)
 	}
-	// The group's other member got it too: the group is empty now.
-	time.Sleep(100 * time.Millisecond)
-	if err := syscall.Kill(-pid, 0); err != syscall.ESRCH {
-		t.Errorf("process group %d still has members after the signal (kill 0: %v)", pid, err)
+	// The group's other member got it too: the group empties (once the
+	// orphaned sleep is reaped by init, which may take a moment).
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(-pid, 0) != syscall.ESRCH {
+		if time.Now().After(deadline) {
+			t.Fatalf("process group %d still has members after the signal", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
