@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 )
 
 // Exit codes.
@@ -54,7 +55,23 @@ Run "lockfs COMMAND -h" for the flags of a command.
 `
 
 func main() {
+	if filepath.Base(os.Args[0]) == HelperName {
+		os.Exit(report(HelperName, runMountHelper(os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// report prints a mount helper's error and returns its exit code: mount(8)
+// shows the helper's stderr.
+func report(name string, err error, stderr io.Writer) int {
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	if errors.Is(err, errUsage) {
+		return exitUsage
+	}
+	return exitError
 }
 
 // run dispatches to a subcommand and returns the process's exit code.

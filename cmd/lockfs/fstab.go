@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// HelperName is the name mount(8) runs for filesystems of type fuse.lockfs:
+// "make install" links /sbin/mount.fuse.lockfs to the lockfs binary.
+const HelperName = "mount.fuse.lockfs"
+
+// helperTimeout bounds how long the mount helper waits for the daemon to
+// mount.
+const helperTimeout = 60 * time.Second
+
+// LogDir is where daemons started by the mount helper log.
+const LogDir = "/var/log/lockfs"
+
+// genericOptions are mount(8) options that concern mount(8), systemd or
+// the kernel's generic flags, not lockfs: accepted and ignored.
+var genericOptions = map[string]bool{
+	"rw": true, "defaults": true, "auto": true, "noauto": true, "user": true, "nouser": true, "users": true,
+	"_netdev": true, "nofail": true, "dev": true, "nodev": true, "suid": true, "nosuid": true, "exec": true,
+	"noexec": true, "atime": true, "noatime": true, "relatime": true, "norelatime": true, "async": true,
+	"owner": true, "group": true, "comment": true,
+}
+
+// optionFlags maps -o options to "lockfs mount" flags; options are spelled
+// with - or _. Booleans take no value.
+var optionFlags = map[string]bool{ // name -> takes a value
+	"backend": true, "gcs-bucket": true, "gcs-prefix": true, "gcs-endpoint": true, "lease-ttl": true,
+	"host-id": true, "on-lease-loss": true, "metrics-addr": true, "log-level": true, "log-format": true,
+	"admin-dir": true, "allow-other": false, "allow-remote-source": false,
+}
+
+// optionsToFlags turns a mount -o option string into "lockfs mount" flags,
+// and the log file option. It refuses options it does not know, so that a
+// typo in /etc/fstab fails loudly instead of being ignored.
+func optionsToFlags(opts string) (flags []string, logFile string, err error) {
+	for _, o := range strings.Split(opts, ",") {
+		if o == "" {
+			continue
+		}
+		key, val, hasVal := strings.Cut(o, "=")
+		if genericOptions[key] || strings.HasPrefix(key, "x-") {
+			continue
+		}
+		if key == "ro" {
+			return nil, "", usagef("option ro: lockfs mounts are read-write (locks need it)")
+		}
+		name := strings.ReplaceAll(key, "_", "-")
+		if name == "log-file" {
+			if !hasVal || val == "" {
+				return nil, "", usagef("option log-file needs a value")
+			}
+			logFile = val
+			continue
+		}
+		takesVal, ok := optionFlags[name]
+		if !ok {
+			return nil, "", usagef("unknown mount option %q", key)
+		}
+		switch {
+		case takesVal && !hasVal:
+			return nil, "", usagef("option %s needs a value (%s=...)", key, key)
+		case !takesVal && hasVal:
+			return nil, "", usagef("option %s takes no value", key)
+		case takesVal:
+			flags = append(flags, "--"+name+"="+val)
+		default:
+			flags = append(flags, "--"+name)
+		}
+	}
+	return flags, logFile, nil
+}
+
+// runMountHelper is what mount(8) runs for an /etc/fstab line of type
+// fuse.lockfs:
+//
+//	mount.fuse.lockfs SOURCE MOUNTPOINT [-sfnv] [-o OPTIONS] [-t TYPE]
+//
+// It starts "lockfs mount" with the options as flags, detached from the
+// terminal and logging to /var/log/lockfs/MOUNT.log, waits until the mount
+// is up, and exits 0; or it prints the daemon's error and exits 1.
+// "umount MOUNTPOINT" stops the daemon (it releases every lock and exits
+// when the kernel ends the mount).
+func runMountHelper(args []string, stdout, stderr io.Writer) error {
+	var pos []string
+	opts := ""
+	fake := false
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "-o" && i+1 < len(args):
+			i++
+			opts += "," + args[i]
+		case strings.HasPrefix(a, "-o"):
+			opts += "," + a[2:]
+		case a == "-t" && i+1 < len(args):
+			i++
+		case a == "-f":
+			fake = true
+		case a == "-s" || a == "-n" || a == "-v":
+		case strings.HasPrefix(a, "-"):
+			return usagef("unknown argument %q", a)
+		default:
+			pos = append(pos, a)
+		}
+	}
+	if len(pos) != 2 {
+		return usagef("want SOURCE MOUNTPOINT [-o OPTIONS]; got %q", args)
+	}
+	flags, logFile, err := optionsToFlags(opts)
+	if err != nil {
+		return err
+	}
+	if fake {
+		return nil
+	}
+	mountpoint, err := filepath.Abs(pos[1])
+	if err != nil {
+		return err
+	}
+	if logFile == "" {
+		logFile = filepath.Join(LogDir, strings.ReplaceAll(strings.Trim(mountpoint, "/"), "/", "-")+".log")
+	}
+	if err := os.MkdirAll(filepath.Dir(logFile), 0o755); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	start, _ := logf.Seek(0, io.SeekEnd)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	cmd := exec.Command(self, append(append([]string{"mount"}, flags...), pos[0], mountpoint)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
+	// mount(8) runs helpers with a minimal environment; the daemon needs
+	// fusermount3 on PATH.
+	cmd.Env = append(os.Environ(), "PATH="+helperPath(os.Getenv("PATH")))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.After(helperTimeout)
+	for {
+		if up, _ := isLockfsMountpoint(mountpoint); up {
+			// The daemon lives on, detached; this process leaves it.
+			return nil
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("lockfs mount exited (%v) before mounting:\n%s", err, tail(logFile, start))
+		case <-deadline:
+			_ = cmd.Process.Kill()
+			return fmt.Errorf("lockfs mount did not mount %s within %v; see %s", mountpoint, helperTimeout, logFile)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// isLockfsMountpoint reports whether a lockfs mount is at path.
+func isLockfsMountpoint(path string) (bool, error) {
+	mps, err := lockfsMounts()
+	if err != nil {
+		return false, err
+	}
+	for _, mp := range mps {
+		if mp == path {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// tail returns what a log file got since offset, at most 40 lines.
+func tail(path string, offset int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return ""
+	}
+	var lines []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > 40 {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// helperPath returns path with the standard system directories appended.
+func helperPath(path string) string {
+	std := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	if path == "" {
+		return std
+	}
+	return path + ":" + std
+}
