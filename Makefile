@@ -55,3 +55,21 @@ run: deps build
 clean:
 	@if grep -qs " $(CURDIR)/demo/mnt " /proc/mounts; then fusermount3 -uz demo/mnt || true; fi
 	rm -rf bin demo
+
+# Install the binary, the mount(8) helper for /etc/fstab lines of type
+# fuse.lockfs, and the systemd unit template (see docs/OPERATIONS.md).
+PREFIX  ?= /usr/local
+SBINDIR ?= /sbin
+UNITDIR ?= /etc/systemd/system
+
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/lockfs
+	install -d $(DESTDIR)$(SBINDIR)
+	ln -sf $(PREFIX)/bin/lockfs $(DESTDIR)$(SBINDIR)/mount.fuse.lockfs
+	install -D -m 0644 contrib/systemd/lockfs@.service $(DESTDIR)$(UNITDIR)/lockfs@.service
+	install -d -m 0755 $(DESTDIR)/etc/lockfs
+	@if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	@echo "installed $(PREFIX)/bin/lockfs, $(SBINDIR)/mount.fuse.lockfs and $(UNITDIR)/lockfs@.service"
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/lockfs $(DESTDIR)$(SBINDIR)/mount.fuse.lockfs $(DESTDIR)$(UNITDIR)/lockfs@.service

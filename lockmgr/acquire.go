@@ -94,7 +94,7 @@ func (e *Engine) Acquire(ctx context.Context, req Request) (Grant, error) {
 	}
 	g, err := e.acquire(ctx, req)
 	if e.obs != nil {
-		e.obs.Requested(req.Lock, req.Mode, outcomeOf(err), time.Since(start))
+		e.obs.Requested(req, g, outcomeOf(err), time.Since(start))
 	}
 	if err != nil {
 		return Grant{}, fmt.Errorf("acquire %s %s: %w", req.Mode, req.Lock, err)

@@ -200,7 +200,7 @@ type countingObserver struct {
 	lost     int
 }
 
-func (o *countingObserver) Requested(id LockID, mode Mode, outcome Outcome, took time.Duration) {
+func (o *countingObserver) Requested(req Request, g Grant, outcome Outcome, took time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.outcomes[outcome]++

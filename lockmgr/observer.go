@@ -42,9 +42,10 @@ func (o Outcome) String() string {
 // Observer is told about every request and every lost hold, for metrics.
 // Its methods are called without engine locks held and must be fast.
 type Observer interface {
-	// Requested reports a finished Acquire: its lock, mode, outcome, and
-	// how long it took (the wait, for blocking requests).
-	Requested(id LockID, mode Mode, outcome Outcome, took time.Duration)
+	// Requested reports a finished Acquire: the request, its grant (zero
+	// unless granted), its outcome, and how long it took (the wait, for
+	// blocking requests).
+	Requested(req Request, g Grant, outcome Outcome, took time.Duration)
 	// Lost reports a hold marked lost; broken says an operator broke it.
 	Lost(id LockID, broken bool)
 }

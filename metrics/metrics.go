@@ -71,8 +71,8 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // Requested implements lockmgr.Observer.
-func (m *Metrics) Requested(id lockmgr.LockID, mode lockmgr.Mode, outcome lockmgr.Outcome, took time.Duration) {
-	labels := prometheus.Labels{"kind": id.Kind.String(), "mode": mode.String(), "outcome": outcome.String()}
+func (m *Metrics) Requested(req lockmgr.Request, g lockmgr.Grant, outcome lockmgr.Outcome, took time.Duration) {
+	labels := prometheus.Labels{"kind": req.Lock.Kind.String(), "mode": req.Mode.String(), "outcome": outcome.String()}
 	m.requests.With(labels).Inc()
 	m.wait.With(labels).Observe(took.Seconds())
 }

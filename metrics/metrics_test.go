@@ -19,9 +19,9 @@ func TestExposition(t *testing.T) {
 	}}
 	m := New(func() []lockmgr.LockStatus { return held })
 	id := lockmgr.LockID{Path: "a", Kind: lockmgr.KindDir}
-	m.Requested(id, lockmgr.Exclusive, lockmgr.Granted, 3*time.Millisecond)
-	m.Requested(id, lockmgr.Shared, lockmgr.Conflict, time.Microsecond)
-	m.Requested(id, lockmgr.Shared, lockmgr.Deadlock, time.Microsecond)
+	m.Requested(lockmgr.Request{Lock: id, Mode: lockmgr.Exclusive}, lockmgr.Grant{Token: 1}, lockmgr.Granted, 3*time.Millisecond)
+	m.Requested(lockmgr.Request{Lock: id, Mode: lockmgr.Shared}, lockmgr.Grant{}, lockmgr.Conflict, time.Microsecond)
+	m.Requested(lockmgr.Request{Lock: id, Mode: lockmgr.Shared}, lockmgr.Grant{}, lockmgr.Deadlock, time.Microsecond)
 	m.Lost(id, true)
 	m.FUSEOp("lookup", 50*time.Microsecond)
 

@@ -61,6 +61,7 @@ type mountFlags struct {
 	onLeaseLoss string
 	metricsAddr string
 	adminDir    string
+	slowWait    time.Duration
 	gcs         gcsFlags
 }
 
@@ -74,6 +75,7 @@ func addMountFlags(c *command, mf *mountFlags) {
 	c.flags.StringVar(&mf.onLeaseLoss, "on-lease-loss", "SIGTERM", "signal sent to the process group of a holder whose lock is lost or broken, or none")
 	c.flags.StringVar(&mf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
 	c.flags.StringVar(&mf.adminDir, "admin-dir", admin.SocketDir, "directory of the admin socket that lockfs status and lockfs break use")
+	c.flags.DurationVar(&mf.slowWait, "log-wait-over", time.Second, "log every grant that waited longer than this (0: never)")
 	c.flags.StringVar(&mf.gcs.bucket, "gcs-bucket", "", "gcs backend: the bucket holding the lock leases")
 	c.flags.StringVar(&mf.gcs.prefix, "gcs-prefix", "", "gcs backend: object name prefix, so one bucket can hold several namespaces")
 	c.flags.StringVar(&mf.gcs.endpoint, "gcs-endpoint", "", "gcs backend: a GCS emulator's JSON API URL (turns authentication off); empty = real GCS with Application Default Credentials")
@@ -196,7 +198,7 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 		Logger:    log,
 		Host:      host,
 		OnLoss:    lossHandler(lossSig, log),
-		Observer:  m,
+		Observer:  &slowWaits{next: m, threshold: mf.slowWait, log: log, host: host},
 	})
 	if err != nil {
 		backend.Close()
