@@ -45,14 +45,14 @@ func (d *Dir) childPath(name string) string {
 
 // at calls fn with an O_PATH descriptor of d and d's attributes, for an
 // operation on a name in d.
-func (d *Dir) at(fn func(dirFd int, dirSt *unix.Stat_t) error) error {
+func (d *Dir) at(fn func(dirFd int, dirSt *inodeStat) error) error {
 	fd, err := d.openByName(unix.O_PATH | unix.O_DIRECTORY)
 	if err != nil {
 		return err
 	}
 	defer closeFd(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	var st inodeStat
+	if err := fstat(fd, &st); err != nil {
 		return err
 	}
 	return fn(fd, &st)
@@ -72,9 +72,9 @@ func (d *Dir) Lookup(ctx context.Context, req *fuse.LookupRequest, resp *fuse.Lo
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	var st unix.Stat_t
-	err := d.at(func(dirFd int, _ *unix.Stat_t) error {
-		return unix.Fstatat(dirFd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	var st inodeStat
+	err := d.at(func(dirFd int, _ *inodeStat) error {
+		return lstatAt(dirFd, name, &st)
 	})
 	if err != nil {
 		return nil, d.fs.fail("lookup", d.childPath(name), err)
@@ -190,9 +190,9 @@ func (h *dirHandle) Release(ctx context.Context, req *fuse.ReleaseRequest) error
 // caller's). In a setgid directory the file keeps the directory's group,
 // and a new directory keeps the setgid bit, as the backing file system set
 // them. fd is a descriptor of the new inode.
-func (f *FS) newOwner(fd int, hdr *fuse.Header, perm uint32, dirSt *unix.Stat_t) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+func (f *FS) newOwner(fd int, hdr *fuse.Header, perm uint32, dirSt *inodeStat) error {
+	var st inodeStat
+	if err := fstat(fd, &st); err != nil {
 		return err
 	}
 	setgidDir := dirSt.Mode&unix.S_ISGID != 0
@@ -214,7 +214,7 @@ func (f *FS) newOwner(fd int, hdr *fuse.Header, perm uint32, dirSt *unix.Stat_t)
 	if setgidDir && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		want |= unix.S_ISGID
 	}
-	if err := unix.Fstat(fd, &st); err != nil {
+	if err := fstat(fd, &st); err != nil {
 		return err
 	}
 	if st.Mode&0o7777 != want {
@@ -233,8 +233,8 @@ func (d *Dir) Mkdir(ctx context.Context, req *fuse.MkdirRequest) (fusefs.Node, e
 		return nil, err
 	}
 	perm := unixPerm(req.Mode)
-	var st unix.Stat_t
-	err := d.at(func(dirFd int, dirSt *unix.Stat_t) error {
+	var st inodeStat
+	err := d.at(func(dirFd int, dirSt *inodeStat) error {
 		if err := unix.Mkdirat(dirFd, name, perm&0o7777); err != nil {
 			return err
 		}
@@ -242,7 +242,7 @@ func (d *Dir) Mkdir(ctx context.Context, req *fuse.MkdirRequest) (fusefs.Node, e
 		if err == nil {
 			err = d.fs.newOwner(fd, &req.Header, perm, dirSt)
 			if err == nil {
-				err = unix.Fstat(fd, &st)
+				err = fstat(fd, &st)
 			}
 			closeFd(fd)
 		}
@@ -254,7 +254,7 @@ func (d *Dir) Mkdir(ctx context.Context, req *fuse.MkdirRequest) (fusefs.Node, e
 	if err != nil {
 		return nil, d.fs.fail("mkdir", d.childPath(name), err)
 	}
-	return d.fs.nodeFor(&st, d, name), nil
+	return d.fs.nodeForNew(&st, d, name, true), nil
 }
 
 // Mknod creates a special file (a FIFO, a socket, or a device for a caller
@@ -268,8 +268,8 @@ func (d *Dir) Mknod(ctx context.Context, req *fuse.MknodRequest) (fusefs.Node, e
 		return nil, err
 	}
 	perm := unixPerm(req.Mode)
-	var st unix.Stat_t
-	err := d.at(func(dirFd int, dirSt *unix.Stat_t) error {
+	var st inodeStat
+	err := d.at(func(dirFd int, dirSt *inodeStat) error {
 		if err := unix.Mknodat(dirFd, name, unixType(req.Mode)|perm&0o7777, int(req.Rdev)); err != nil {
 			return err
 		}
@@ -277,7 +277,7 @@ func (d *Dir) Mknod(ctx context.Context, req *fuse.MknodRequest) (fusefs.Node, e
 		if err == nil {
 			err = d.fs.newOwner(fd, &req.Header, perm, dirSt)
 			if err == nil {
-				err = unix.Fstat(fd, &st)
+				err = fstat(fd, &st)
 			}
 			closeFd(fd)
 		}
@@ -289,7 +289,7 @@ func (d *Dir) Mknod(ctx context.Context, req *fuse.MknodRequest) (fusefs.Node, e
 	if err != nil {
 		return nil, d.fs.fail("mknod", d.childPath(name), err)
 	}
-	return d.fs.nodeFor(&st, d, name), nil
+	return d.fs.nodeForNew(&st, d, name, true), nil
 }
 
 // Symlink creates a symbolic link. Its target is stored as given and never
@@ -302,8 +302,8 @@ func (d *Dir) Symlink(ctx context.Context, req *fuse.SymlinkRequest) (fusefs.Nod
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	var st unix.Stat_t
-	err := d.at(func(dirFd int, dirSt *unix.Stat_t) error {
+	var st inodeStat
+	err := d.at(func(dirFd int, dirSt *inodeStat) error {
 		if err := unix.Symlinkat(req.Target, dirFd, name); err != nil {
 			return err
 		}
@@ -311,7 +311,7 @@ func (d *Dir) Symlink(ctx context.Context, req *fuse.SymlinkRequest) (fusefs.Nod
 		if err == nil {
 			err = d.fs.newOwner(fd, &req.Header, 0o777, dirSt)
 			if err == nil {
-				err = unix.Fstat(fd, &st)
+				err = fstat(fd, &st)
 			}
 			closeFd(fd)
 		}
@@ -323,7 +323,7 @@ func (d *Dir) Symlink(ctx context.Context, req *fuse.SymlinkRequest) (fusefs.Nod
 	if err != nil {
 		return nil, d.fs.fail("symlink", d.childPath(name), err)
 	}
-	return d.fs.nodeFor(&st, d, name), nil
+	return d.fs.nodeForNew(&st, d, name, true), nil
 }
 
 // Create creates and opens a regular file. A control name is the control
@@ -359,9 +359,10 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 	}
 	flags := backingOpenFlags(req.Flags)
 	perm := unixPerm(req.Mode)
-	var st unix.Stat_t
+	var st inodeStat
 	fd := -1
-	err := d.at(func(dirFd int, dirSt *unix.Stat_t) error {
+	created := false
+	err := d.at(func(dirFd int, dirSt *inodeStat) error {
 		for attempt := 0; ; attempt++ {
 			var err error
 			fd, err = unix.Openat(dirFd, name, flags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, perm&0o7777)
@@ -372,6 +373,7 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 					_ = unix.Unlinkat(dirFd, name, 0)
 					return err
 				}
+				created = true
 				break
 			}
 			if err != unix.EEXIST || excl {
@@ -390,7 +392,7 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 				return err
 			}
 		}
-		if err := unix.Fstat(fd, &st); err != nil {
+		if err := fstat(fd, &st); err != nil {
 			closeFd(fd)
 			fd = -1
 			return err
@@ -409,7 +411,7 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 		closeFd(fd)
 		return nil, nil, d.fs.fail("create", d.childPath(name), err)
 	}
-	n := d.fs.nodeFor(&st, d, name)
+	n := d.fs.nodeForNew(&st, d, name, created)
 	f, ok := n.(*File)
 	if !ok {
 		closeFd(fd)
@@ -438,9 +440,9 @@ func (d *Dir) Remove(ctx context.Context, req *fuse.RemoveRequest) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
-	var st unix.Stat_t
-	err := d.at(func(dirFd int, dirSt *unix.Stat_t) error {
-		if err := unix.Fstatat(dirFd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	var st inodeStat
+	err := d.at(func(dirFd int, dirSt *inodeStat) error {
+		if err := lstatAt(dirFd, name, &st); err != nil {
 			return err
 		}
 		if !stickyAllows(dirSt, &st, req.Header.Uid) {
@@ -471,7 +473,7 @@ var errSticky = errors.New("sticky directory: not the owner")
 
 // stickyAllows applies the sticky-directory rule the kernel would: bazil
 // cannot report the sticky bit to the kernel, so lockfs checks it.
-func stickyAllows(dirSt, st *unix.Stat_t, uid uint32) bool {
+func stickyAllows(dirSt, st *inodeStat, uid uint32) bool {
 	if dirSt.Mode&unix.S_ISVTX == 0 || uid == 0 {
 		return true
 	}
@@ -497,17 +499,17 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 	if err := checkName(newName); err != nil {
 		return err
 	}
-	var st, tst unix.Stat_t
+	var st, tst inodeStat
 	replaced := false
-	err := d.at(func(oldFd int, oldDirSt *unix.Stat_t) error {
-		return nd.at(func(newFd int, newDirSt *unix.Stat_t) error {
-			if err := unix.Fstatat(oldFd, oldName, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	err := d.at(func(oldFd int, oldDirSt *inodeStat) error {
+		return nd.at(func(newFd int, newDirSt *inodeStat) error {
+			if err := lstatAt(oldFd, oldName, &st); err != nil {
 				return err
 			}
 			if !stickyAllows(oldDirSt, &st, req.Header.Uid) {
 				return errSticky
 			}
-			switch err := unix.Fstatat(newFd, newName, &tst, unix.AT_SYMLINK_NOFOLLOW); err {
+			switch err := lstatAt(newFd, newName, &tst); err {
 			case nil:
 				replaced = true
 				if !stickyAllows(newDirSt, &tst, req.Header.Uid) {
@@ -559,12 +561,12 @@ func (d *Dir) Link(ctx context.Context, req *fuse.LinkRequest, old fusefs.Node) 
 	if !ok {
 		return nil, d.fs.refuse("link", d.childPath(name), syscall.EPERM, "not a linkable file")
 	}
-	var st unix.Stat_t
-	err := d.at(func(dirFd int, _ *unix.Stat_t) error {
+	var st inodeStat
+	err := d.at(func(dirFd int, _ *inodeStat) error {
 		if err := of.linkInto(dirFd, name); err != nil {
 			return err
 		}
-		return unix.Fstatat(dirFd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		return lstatAt(dirFd, name, &st)
 	})
 	if err != nil {
 		return nil, d.fs.fail("link", d.childPath(name), err)

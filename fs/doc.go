@@ -13,9 +13,11 @@
 //     daemon);
 //   - the control files, which exist only in the daemon.
 //
-// One backing inode (st_dev, st_ino) is one Node, so that the kernel sees
-// hard links as one inode and the locks of all names of a file agree; the
-// attributes pass the backing inode number through. A node does not hold
+// One backing inode (st_dev, st_ino, and the birth time where the file
+// system reports one, which tells a reused inode number from the file that
+// had it) is one Node, so that the kernel sees hard links as one inode and
+// the locks of all names of a file agree; the attributes pass the backing
+// inode number through. A node does not hold
 // its inode open: it remembers the names it was found by (a parent Dir and
 // a name; several for hard links, one for a directory), updated by lookups,
 // renames, links and removals through the mount, and every operation finds
@@ -100,8 +102,9 @@
 //   - a name removed or replaced (rename over it, or rmdir and mkdir):
 //     at once for the next operation that reaches the daemon: the stale
 //     node answers ESTALE, the kernel looks the path up again and retries.
-//     If the retry is stale too (the name changes faster than the kernel
-//     can look it up), the answer is ENOENT;
+//     If the retry is stale too (the name changed again between the
+//     retry's lookup and its call: it changes faster than the kernel can
+//     look it up), the answer is ENOENT;
 //   - a directory's own attributes and listing: its attributes within 1 s,
 //     its listing at every opendir(3)/rewinddir(3).
 //

@@ -87,8 +87,8 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 // newHandle wraps a backing descriptor of a regular file as an open handle
 // of n. On error it closes fd.
 func (n *File) newHandle(fd int) (*fileHandle, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	var st inodeStat
+	if err := fstat(fd, &st); err != nil {
 		closeFd(fd)
 		return nil, err
 	}
@@ -132,9 +132,9 @@ func (n *File) linkInto(dirFd int, name string) error {
 	links := append([]link(nil), n.links...)
 	n.fs.treeMu.RUnlock()
 	for _, l := range links {
-		err := l.dir.at(func(oldFd int, _ *unix.Stat_t) error {
-			var st unix.Stat_t
-			if err := unix.Fstatat(oldFd, l.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		err := l.dir.at(func(oldFd int, _ *inodeStat) error {
+			var st inodeStat
+			if err := lstatAt(oldFd, l.name, &st); err != nil {
 				return err
 			}
 			if keyOf(&st) != n.key {

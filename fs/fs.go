@@ -154,8 +154,8 @@ func New(cfg Config) (*FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lockfs: open source %q: %w", cfg.Source, err)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(rootFd, &st); err != nil {
+	var st inodeStat
+	if err := fstat(rootFd, &st); err != nil {
 		unix.Close(rootFd)
 		return nil, fmt.Errorf("lockfs: stat source %q: %w", cfg.Source, err)
 	}

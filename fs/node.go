@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -16,10 +17,65 @@ import (
 // inodeKey names a backing inode.
 type inodeKey struct {
 	dev, ino uint64
+	// btime is the inode's birth time in nanoseconds, where the file
+	// system reports one (0 otherwise): it tells a file whose inode
+	// number was freed and given to a new file from that new file.
+	btime int64
 }
 
-func keyOf(st *unix.Stat_t) inodeKey {
-	return inodeKey{dev: st.Dev, ino: st.Ino}
+func keyOf(st *inodeStat) inodeKey {
+	return inodeKey{dev: st.Dev, ino: st.Ino, btime: st.btime}
+}
+
+// inodeStat is a stat(2) result and the birth time, from statx(2).
+type inodeStat struct {
+	unix.Stat_t
+	btime int64 // ns; 0 if unknown
+}
+
+// statx fills st for name relative to dirFd (flags as for statx(2)).
+func statx(dirFd int, name string, flags int, st *inodeStat) error {
+	var x unix.Statx_t
+	for {
+		err := unix.Statx(dirFd, name, flags|unix.AT_STATX_SYNC_AS_STAT, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &x)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	ts := func(t unix.StatxTimestamp) unix.Timespec { return unix.Timespec{Sec: t.Sec, Nsec: int64(t.Nsec)} }
+	*st = inodeStat{Stat_t: unix.Stat_t{
+		Dev:     unix.Mkdev(x.Dev_major, x.Dev_minor),
+		Ino:     x.Ino,
+		Nlink:   uint64(x.Nlink),
+		Mode:    uint32(x.Mode),
+		Uid:     x.Uid,
+		Gid:     x.Gid,
+		Rdev:    unix.Mkdev(x.Rdev_major, x.Rdev_minor),
+		Size:    int64(x.Size),
+		Blksize: int64(x.Blksize),
+		Blocks:  int64(x.Blocks),
+		Atim:    ts(x.Atime),
+		Mtim:    ts(x.Mtime),
+		Ctim:    ts(x.Ctime),
+	}}
+	if x.Mask&unix.STATX_BTIME != 0 {
+		st.btime = x.Btime.Sec*1e9 + int64(x.Btime.Nsec)
+	}
+	return nil
+}
+
+// fstat fills st for the inode behind fd (an O_PATH descriptor included).
+func fstat(fd int, st *inodeStat) error {
+	return statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, st)
+}
+
+// lstatAt fills st for name in directory dirFd, not following a symlink.
+func lstatAt(dirFd int, name string, st *inodeStat) error {
+	return statx(dirFd, name, unix.AT_SYMLINK_NOFOLLOW, st)
 }
 
 // passNode is a passthrough node: a *Dir or a *File.
@@ -52,8 +108,18 @@ type node struct {
 	// root. A name may be stale (removed or replaced in SOURCE); every use
 	// checks that it still leads to key. GUARDED_BY(fs.treeMu)
 	links []link
+	// lastLink is the last name of a node that has none left, for
+	// messages. GUARDED_BY(fs.treeMu)
+	lastLink link
 
 	// Mutable state
+
+	// seen is when a lookup last found the node (UnixNano).
+	seen atomic.Int64
+	// opened is set when the node is opened, cleared by a lookup.
+	opened atomic.Bool
+	// vanished is set when staleErr answers ENOENT, cleared by a lookup.
+	vanished atomic.Bool
 
 	mu sync.Mutex
 	// open holds the backing descriptors of the node's open handles.
@@ -106,7 +172,7 @@ func (d *Dir) relPath() string {
 func (n *node) paths() []string {
 	n.fs.treeMu.RLock()
 	defer n.fs.treeMu.RUnlock()
-	if len(n.links) == 0 {
+	if n == &n.fs.root.node {
 		return []string{"."}
 	}
 	ps := make([]string, 0, len(n.links))
@@ -116,9 +182,20 @@ func (n *node) paths() []string {
 	return ps
 }
 
-// path returns n's newest path, for logs.
+// path returns n's newest path, or the last one it had, for logs and
+// for staleErr.
 func (n *node) path() string {
-	return n.paths()[0]
+	n.fs.treeMu.RLock()
+	defer n.fs.treeMu.RUnlock()
+	switch {
+	case n == &n.fs.root.node:
+		return "."
+	case len(n.links) > 0:
+		return joinRel(n.links[0].dir.relPathLocked(), n.links[0].name)
+	case n.lastLink.dir != nil:
+		return joinRel(n.lastLink.dir.relPathLocked(), n.lastLink.name)
+	}
+	return "?"
 }
 
 // addLink records that n is known as name in dir.
@@ -155,6 +232,9 @@ func (n *node) dropLinkLocked(dir *Dir, name string) {
 	for i, l := range n.links {
 		if l.dir == dir && l.name == name {
 			n.links = append(n.links[:i:i], n.links[i+1:]...)
+			if len(n.links) == 0 {
+				n.lastLink = l
+			}
 			return
 		}
 	}
@@ -182,14 +262,21 @@ func (n *node) moveLinkLocked(odir *Dir, oname string, ndir *Dir, nname string) 
 
 // nodeFor returns the node of the inode st describes, found as name in dir,
 // creating it if the kernel does not know it yet.
-func (f *FS) nodeFor(st *unix.Stat_t, dir *Dir, name string) passNode {
+func (f *FS) nodeFor(st *inodeStat, dir *Dir, name string) passNode {
+	return f.nodeForNew(st, dir, name, false)
+}
+
+// nodeForNew is nodeFor; created says that the daemon has just created the
+// inode, which therefore is no node the kernel knows yet, whatever an
+// inode number reused without a birth time to tell says.
+func (f *FS) nodeForNew(st *inodeStat, dir *Dir, name string, created bool) passNode {
 	key := keyOf(st)
 	ftype := st.Mode & unix.S_IFMT
 	f.nodesMu.Lock()
 	n, ok := f.nodes[key]
-	if !ok || n.base().ftype != ftype {
-		// New, or the inode number was reused for another type of file:
-		// a fresh node, so that the kernel sees a fresh inode.
+	if !ok || created || n.base().ftype != ftype {
+		// New, or the inode number was reused: a fresh node, so that
+		// the kernel sees a fresh inode.
 		if ftype == unix.S_IFDIR {
 			n = &Dir{node: node{fs: f, key: key, ftype: ftype}}
 		} else {
@@ -198,7 +285,11 @@ func (f *FS) nodeFor(st *unix.Stat_t, dir *Dir, name string) passNode {
 		f.nodes[key] = n
 	}
 	f.nodesMu.Unlock()
-	n.base().addLink(dir, name)
+	b := n.base()
+	b.seen.Store(time.Now().UnixNano())
+	b.opened.Store(false)
+	b.vanished.Store(false)
+	b.addLink(dir, name)
 	return n
 }
 
@@ -220,6 +311,7 @@ func (n *node) Forget() {
 
 // addOpen registers the descriptor of a new handle.
 func (n *node) addOpen(of *openFile) {
+	n.opened.Store(true)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.open == nil {
@@ -281,8 +373,8 @@ func (n *node) openByName(flags int) (int, error) {
 			}
 			return -1, err
 		}
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
+		var st inodeStat
+		if err := fstat(fd, &st); err != nil {
 			closeFd(fd)
 			return -1, err
 		}
@@ -291,30 +383,43 @@ func (n *node) openByName(flags int) (int, error) {
 		}
 		closeFd(fd)
 	}
-	return -1, n.fs.staleErr(n.path())
+	return -1, n.fs.staleErr(n)
 }
 
-// staleWindow: a path found stale again within this time of the last
-// ESTALE for it is the kernel's retry losing the race again.
-const staleWindow = 100 * time.Millisecond
+// Windows of staleErr's retry detection.
+const (
+	// staleRecent: an ESTALE for the same path this recent may be the
+	// one the kernel is retrying.
+	staleRecent = 2 * time.Second
+	// staleFresh: a node looked up this recently is being used by the
+	// call that looked it up.
+	staleFresh = 500 * time.Millisecond
+)
 
-// staleErr is the error for a node none of whose names leads to its inode
-// any more (it was removed or replaced in SOURCE behind the kernel's cache),
-// p being its newest path. ESTALE makes the kernel look the path up again
-// and retry the call once. If p was answered ESTALE moments ago, this is
-// most likely that retry, losing a race with a name that changes faster
-// than the kernel can look it up; it gets ENOENT, which programs expect of
-// a file that vanished, instead of an ESTALE they would see.
-func (f *FS) staleErr(p string) error {
+// staleErr is the error for node n none of whose names leads to its inode
+// any more (it was removed or replaced in SOURCE behind the kernel's cache).
+// ESTALE makes the kernel look the path up again and retry the call once.
+// If that retry fails too (its fresh lookup found a name that changed
+// again before the call reached the daemon: a name that changes faster
+// than the kernel can look it up), the program would see ESTALE; it gets
+// ENOENT instead, which programs expect of a file that vanished. The retry
+// is recognized as: the path got ESTALE shortly before, and the node was
+// looked up just now and not yet opened since (a program that reads a file
+// replaced every 100 ms keeps getting ESTALE and a successful retry).
+func (f *FS) staleErr(n *node) error {
+	p := n.path()
 	now := time.Now()
+	fresh := now.Sub(time.Unix(0, n.seen.Load())) < staleFresh && !n.opened.Load()
 	f.staleMu.Lock()
 	defer f.staleMu.Unlock()
-	if at, ok := f.stale[p]; ok && now.Sub(at) < staleWindow {
+	if at, ok := f.stale[p]; ok && fresh && now.Sub(at) < staleRecent && n.vanished.CompareAndSwap(false, true) {
+		// Once per lookup: ENOENT does not make the kernel drop its
+		// binding, so the next call on this node gets ESTALE again.
 		return syscall.ENOENT
 	}
 	if len(f.stale) >= maxStale {
 		for q, at := range f.stale {
-			if now.Sub(at) >= staleWindow {
+			if now.Sub(at) >= staleRecent {
 				delete(f.stale, q)
 			}
 		}
@@ -346,9 +451,9 @@ func (n *node) withFd(write bool, fn func(fd int) error) error {
 }
 
 // stat returns the backing inode's attributes.
-func (n *node) stat() (unix.Stat_t, error) {
-	var st unix.Stat_t
-	err := n.withFd(false, func(fd int) error { return unix.Fstat(fd, &st) })
+func (n *node) stat() (inodeStat, error) {
+	var st inodeStat
+	err := n.withFd(false, func(fd int) error { return fstat(fd, &st) })
 	return st, err
 }
 
@@ -368,7 +473,7 @@ func (n *node) Getattr(ctx context.Context, req *fuse.GetattrRequest, resp *fuse
 }
 
 // fillAttr converts a backing stat to FUSE attributes.
-func fillAttr(st *unix.Stat_t, a *fuse.Attr) {
+func fillAttr(st *inodeStat, a *fuse.Attr) {
 	a.Inode = st.Ino
 	a.Size = uint64(st.Size)
 	a.Blocks = uint64(st.Blocks)

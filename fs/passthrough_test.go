@@ -2,6 +2,7 @@ package fs
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,6 +103,16 @@ func runAs(t *testing.T, uid, gid uint32, script string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%q as %d:%d: %v: %s", script, uid, gid, err, out)
 	}
+}
+
+// keyAt returns the inode key of path p (not following a symlink).
+func keyAt(t testing.TB, p string) inodeKey {
+	t.Helper()
+	var st inodeStat
+	if err := lstatAt(unix.AT_FDCWD, p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return keyOf(&st)
 }
 
 func lstat(t testing.TB, p string) *unix.Stat_t {
@@ -213,7 +224,7 @@ func TestPTHardLinksAreOneNode(t *testing.T) {
 	if sa.Ino != sb.Ino || sa.Nlink != 2 || sa.Ino != lstat(t, m.s("a")).Ino {
 		t.Errorf("links: ino %d and %d (SOURCE %d), nlink %d", sa.Ino, sb.Ino, lstat(t, m.s("a")).Ino, sa.Nlink)
 	}
-	if n := m.fs.lookupNode(inodeKey{dev: lstat(t, m.s("a")).Dev, ino: sa.Ino}); n == nil {
+	if n := m.fs.lookupNode(keyAt(t, m.s("a"))); n == nil {
 		t.Error("no node for the inode")
 	}
 	// Remove the name the node was last found by: the other still works
@@ -257,8 +268,7 @@ func TestPTRenameKeepsPaths(t *testing.T) {
 	if err := os.Rename(m.m("z/b"), m.m("y")); err != nil {
 		t.Fatal(err)
 	}
-	st := lstat(t, m.s("y/c"))
-	n, ok := m.fs.lookupNode(keyOf(st)).(*Dir)
+	n, ok := m.fs.lookupNode(keyAt(t, m.s("y/c"))).(*Dir)
 	if !ok {
 		t.Fatal("no directory node for y/c")
 	}
@@ -385,10 +395,10 @@ func TestPTTimesAndTruncate(t *testing.T) {
 // through the mount (the kernel sends Release after close(2) returns).
 func (m *ptMount) waitReleased(rel string) {
 	m.t.Helper()
-	st := lstat(m.t, m.s(rel))
+	key := keyAt(m.t, m.s(rel))
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		n := m.fs.lookupNode(keyOf(st))
+		n := m.fs.lookupNode(key)
 		if n == nil {
 			return
 		}
@@ -402,4 +412,64 @@ func (m *ptMount) waitReleased(rel string) {
 		time.Sleep(time.Millisecond)
 	}
 	m.t.Fatalf("%s still has open handles", rel)
+}
+
+// TestPTReadsFileReplacedOftenInSource: a file that another program
+// replaces in SOURCE every 20 ms (write a temporary file, rename it over)
+// can be read through the mount all the while, every read whole. (Under
+// heavy load a read can lose the race twice, the kernel's retry included,
+// and see ENOENT; rarely, and never for long: an ENOENT must not stick.)
+func TestPTReadsFileReplacedOftenInSource(t *testing.T) {
+	m := newPTMount(t)
+	if err := os.WriteFile(m.s("status"), []byte("0000"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			tmp := m.s("status.tmp")
+			if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%04d", i%10000)), 0o644); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := os.Rename(tmp, m.s("status")); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	reads, fails, inRow := 0, 0, 0
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(m.m("status"))
+		reads++
+		if err == nil {
+			_, err = os.Stat(m.m("status"))
+		}
+		switch {
+		case err == nil && len(b) == 4:
+			inRow = 0
+		case errors.Is(err, syscall.ENOENT):
+			fails++
+			if inRow++; inRow > 3 {
+				t.Errorf("read %d: ENOENT %d times in a row", reads, inRow)
+			}
+		default:
+			t.Errorf("read %d: %q %v", reads, b, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	<-done
+	t.Logf("%d reads, %d lost the race twice", reads, fails)
+	if fails*10 > reads {
+		t.Errorf("%d of %d reads failed", fails, reads)
+	}
 }
