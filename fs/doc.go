@@ -51,6 +51,11 @@
 // name: the kernel sees that the name exists and does not ask). Opening a
 // control file with O_CREAT opens it.
 //
+// Not supported: renameat2(2) flags (bazil does not decode RENAME2, and the
+// kernel answers EINVAL for it; RENAME_NOREPLACE onto a name the kernel
+// knows fails with EEXIST before that, and mv -n falls back), O_TMPFILE
+// (EOPNOTSUPP), and showing the sticky bit (see above).
+//
 // # Safety
 //
 // Every backing operation stays beneath SOURCE, whatever SOURCE's other
@@ -133,9 +138,7 @@
 // (EINTR), and a waiter gets the lock at most about 50 ms after it is
 // free. There is no EDEADLK for ordinary files. F_GETLK reports the
 // conflicting lock and its holder's pid (for locks taken through the mount,
-// the pid that last locked through that owner). renameat2(2) flags
-// (RENAME_NOREPLACE, RENAME_EXCHANGE) fail with EINVAL: bazil does not
-// decode the request, and the kernel answers for it.
+// the pid that last locked through that owner).
 //
 // # Errors
 //
