@@ -856,3 +856,95 @@ func TestGCSFaultProxy(t *testing.T) {
 		}
 	}
 }
+
+// requireTimeNamespaces fails (in CI) or skips the test unless unshare(1)
+// can give a process offset monotonic and boot-time clocks (Linux ≥ 5.6,
+// CAP_SYS_ADMIN).
+func requireTimeNamespaces(t *testing.T) {
+	t.Helper()
+	require(t, "unshare")
+	if out, err := exec.Command("unshare", "--time", "--monotonic", "1", "--boottime", "1", "true").CombinedOutput(); err != nil {
+		msg := fmt.Sprintf("unshare --time does not work here (%v: %s): time namespaces need Linux ≥ 5.6 and CAP_SYS_ADMIN", err, strings.TrimSpace(string(out)))
+		if inCI() {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+}
+
+// TestGCSClockOffsets: the two daemons' clocks are 4×TTL apart (A's
+// CLOCK_MONOTONIC and CLOCK_BOOTTIME run +2×TTL ahead, B's −2×TTL behind,
+// each in its own time namespace) and nothing changes: a lock held on one
+// host is refused on the other, in both directions and for several TTLs
+// while its holder refreshes, and a SIGKILLed holder's lock is taken over
+// no sooner than the TTL and within TTL + 2 s. B, whose clock is behind,
+// is the one killed: a design that compared its readings with A's would
+// take its lease for expired at once. Control: the daemons' clocks really
+// are offset (/proc/PID/timens_offsets).
+//
+// gcsbackend has no test-only clock hook that the daemon exposes (its
+// Config.ClockOffset shifts only the wall-clock times written for people,
+// and no flag or variable sets it), so the offsets are real ones, on the
+// clocks the protocol reads. The wall clock cannot be offset per process;
+// gcsbackend's TestClockOffsetChangesNothing covers it.
+func TestGCSClockOffsets(t *testing.T) {
+	requireRoot(t)
+	requireTimeNamespaces(t)
+	off := 2 * gcsTTL
+	_, a, b := twoHosts(t, gcsHost{id: "host-a", clockOffset: off}, gcsHost{id: "host-b", clockOffset: -off})
+
+	for _, c := range []struct {
+		m    *Mount
+		want time.Duration
+	}{{a, off}, {b, -off}} {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/timens_offsets", c.m.Pid()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c.m.Pid()))
+		secs := strconv.Itoa(int(c.want / time.Second))
+		text := string(raw)
+		if strings.TrimSpace(string(comm)) != "lockfs" || !strings.Contains(text, "monotonic") ||
+			!strings.Contains(text, "boottime") || strings.Count(text, " "+secs+" ") != 2 {
+			t.Fatalf("control: daemon %d (%q) has clock offsets %q, want %s s on monotonic and boottime", c.m.Pid(), strings.TrimSpace(string(comm)), text, secs)
+		}
+	}
+
+	// Exclusion both ways, checked repeatedly over more than TTL + the
+	// refresh interval while the holder refreshes.
+	for _, dir := range []struct {
+		name          string
+		holder, other *Mount
+	}{{"A-holds", a, b}, {"B-holds", b, a}} {
+		t.Run(dir.name, func(t *testing.T) {
+			h := holder(t, dir.holder.path("a/.lock"), "-x")
+			for end := time.Now().Add(gcsTTL + 2*time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+				expectCode(t, "flock -n -x a on the other host", flockN(t, dir.other.path("a/.lock"), "-x"), 1)
+				expectCode(t, "flock -n -s a/b on the other host", flockN(t, dir.other.path("a/b/.lock"), "-s"), 1)
+			}
+			expectCode(t, "flock -n -x c on the other host (control)", flockN(t, dir.other.path("c/.lock"), "-x"), 0)
+			h.kill()
+			waitFree(t, "a", dir.other, dir.holder)
+		})
+	}
+
+	// B (clock behind) holds and is killed; A's blocking waiter takes over.
+	h := holder(t, b.path("a/.lock"), "-x")
+	w := start(t, "flock", "-x", a.path("a/.lock"), "sh", "-c", "echo held; exec sleep 1000")
+	if line, ok := w.nextLine(1500 * time.Millisecond); ok {
+		t.Fatalf("A's waiter printed %q while B holds the lock", line)
+	}
+	killed := time.Now()
+	killDaemon(t, b)
+	line, ok := w.nextLine(gcsTTL + 5*time.Second)
+	d := time.Since(killed)
+	if !ok || line != "held" {
+		t.Fatalf("A's waiter did not get the lock within %v of B's kill (line %q)", d.Round(time.Millisecond), line)
+	}
+	t.Logf("clocks 4×TTL apart: A got the lock %v after B's daemon was SIGKILLed (TTL %v)", d.Round(time.Millisecond), gcsTTL)
+	if d < gcsTTL || d > gcsTTL+2*time.Second {
+		t.Errorf("takeover %v after the kill, want within [TTL, TTL+2s] = [%v, %v]", d.Round(time.Millisecond), gcsTTL, gcsTTL+2*time.Second)
+	}
+	h.kill()
+	exec.Command("fusermount3", "-uz", b.Mnt).Run()
+}
