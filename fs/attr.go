@@ -1,0 +1,125 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	"bazil.org/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// stat returns the backing inode's attributes.
+func (n *node) stat() (inodeStat, error) {
+	var st inodeStat
+	err := n.withFd(false, func(fd int) error { return fstat(fd, &st) })
+	return st, err
+}
+
+// Attr fills a with the backing inode's attributes.
+func (n *node) Attr(ctx context.Context, a *fuse.Attr) error {
+	st, err := n.stat()
+	if err != nil {
+		return n.fs.fail("getattr", n.path(), err)
+	}
+	fillAttr(&st, a)
+	return nil
+}
+
+// Getattr is Attr for a getattr request.
+func (n *node) Getattr(ctx context.Context, req *fuse.GetattrRequest, resp *fuse.GetattrResponse) error {
+	return n.Attr(ctx, &resp.Attr)
+}
+
+// Setattr changes size, owner, mode and times, in that order (a chown
+// clears setuid bits that a following chmod may set again). The kernel has
+// checked the caller's permission (default_permissions).
+func (n *node) Setattr(ctx context.Context, req *fuse.SetattrRequest, resp *fuse.SetattrResponse) error {
+	v := req.Valid
+	err := n.withFd(v.Size(), func(fd int) error {
+		if v.Size() {
+			if err := truncateFd(fd, int64(req.Size)); err != nil {
+				return err
+			}
+		}
+		if v.Uid() || v.Gid() {
+			uid, gid := -1, -1
+			if v.Uid() {
+				uid = int(req.Uid)
+			}
+			if v.Gid() {
+				gid = int(req.Gid)
+			}
+			if err := unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return err
+			}
+		}
+		if v.Mode() {
+			if n.ftype == unix.S_IFLNK {
+				return syscall.EOPNOTSUPP
+			}
+			if err := unix.Chmod(procFdPath(fd), unixPerm(req.Mode)); err != nil {
+				return err
+			}
+		}
+		if v.Atime() || v.Mtime() || v.AtimeNow() || v.MtimeNow() {
+			ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+			switch {
+			case v.AtimeNow():
+				ts[0] = unix.Timespec{Nsec: unix.UTIME_NOW}
+			case v.Atime():
+				ts[0] = unix.NsecToTimespec(req.Atime.UnixNano())
+			}
+			switch {
+			case v.MtimeNow():
+				ts[1] = unix.Timespec{Nsec: unix.UTIME_NOW}
+			case v.Mtime():
+				ts[1] = unix.NsecToTimespec(req.Mtime.UnixNano())
+			}
+			if err := unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return n.fs.fail("setattr", n.path(), err)
+	}
+	return nil
+}
+
+// truncateFd sets the size of the regular file behind fd.
+func truncateFd(fd int, size int64) error {
+	err := unix.Ftruncate(fd, size)
+	if err == unix.EBADF || err == unix.EINVAL {
+		// An O_PATH or read-only descriptor: truncate the inode it names.
+		err = unix.Truncate(procFdPath(fd), size)
+	}
+	return err
+}
+
+// Fsync flushes the inode to stable storage. fsync(2) acts on the inode,
+// so any descriptor of it does.
+func (n *node) Fsync(ctx context.Context, req *fuse.FsyncRequest) error {
+	fd := n.dupOpen(false)
+	if fd < 0 {
+		flags := unix.O_RDONLY | unix.O_NONBLOCK
+		if n.ftype == unix.S_IFDIR {
+			flags |= unix.O_DIRECTORY
+		}
+		var err error
+		if fd, err = n.openByName(flags); err != nil {
+			return n.fs.fail("fsync", n.path(), err)
+		}
+	}
+	defer closeFd(fd)
+	var err error
+	if req.Flags&1 != 0 {
+		err = unix.Fdatasync(fd)
+	} else {
+		err = unix.Fsync(fd)
+	}
+	if err != nil {
+		return n.fs.fail("fsync", n.path(), err)
+	}
+	return nil
+}

@@ -1,0 +1,251 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	"bazil.org/fuse"
+	fusefs "bazil.org/fuse/fs"
+	"golang.org/x/sys/unix"
+)
+
+// newOwner gives a file just created by the daemon to the process that
+// asked for it (when the daemon is root) and the permissions it asked for
+// (the daemon's own umask must not apply; the kernel already applied the
+// caller's). In a setgid directory the file keeps the directory's group,
+// and a new directory keeps the setgid bit, as the backing file system set
+// them. fd is a descriptor of the new inode.
+func (f *FS) newOwner(fd int, hdr *fuse.Header, perm uint32, dirSt *inodeStat) error {
+	var st inodeStat
+	if err := fstat(fd, &st); err != nil {
+		return err
+	}
+	setgidDir := dirSt.Mode&unix.S_ISGID != 0
+	if f.asRoot {
+		uid, gid := int(hdr.Uid), int(hdr.Gid)
+		if setgidDir {
+			gid = -1
+		}
+		if uint32(uid) != st.Uid || (gid >= 0 && uint32(gid) != st.Gid) {
+			if err := unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return err
+			}
+		}
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return nil
+	}
+	want := perm & 0o7777
+	if setgidDir && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		want |= unix.S_ISGID
+	}
+	if err := fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&0o7777 != want {
+		return unix.Chmod(procFdPath(fd), want)
+	}
+	return nil
+}
+
+// Mkdir creates a directory.
+func (d *Dir) Mkdir(ctx context.Context, req *fuse.MkdirRequest) (fusefs.Node, error) {
+	name := req.Name
+	if isReserved(name) {
+		return nil, d.fs.refuse("mkdir", d.childPath(name), syscall.EEXIST, "reserved name")
+	}
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	perm := unixPerm(req.Mode)
+	var st inodeStat
+	err := d.at(func(dirFd int, dirSt *inodeStat) error {
+		if err := unix.Mkdirat(dirFd, name, perm&0o7777); err != nil {
+			return err
+		}
+		fd, err := openBeneath(dirFd, name, unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err == nil {
+			err = d.fs.newOwner(fd, &req.Header, perm, dirSt)
+			if err == nil {
+				err = fstat(fd, &st)
+			}
+			closeFd(fd)
+		}
+		if err != nil {
+			_ = unix.Unlinkat(dirFd, name, unix.AT_REMOVEDIR)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, d.fs.fail("mkdir", d.childPath(name), err)
+	}
+	return d.fs.nodeForNew(&st, d, name, true), nil
+}
+
+// Mknod creates a special file (a FIFO, a socket, or a device for a caller
+// the kernel allowed to).
+func (d *Dir) Mknod(ctx context.Context, req *fuse.MknodRequest) (fusefs.Node, error) {
+	name := req.Name
+	if isReserved(name) {
+		return nil, d.fs.refuse("mknod", d.childPath(name), syscall.EEXIST, "reserved name")
+	}
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	perm := unixPerm(req.Mode)
+	var st inodeStat
+	err := d.at(func(dirFd int, dirSt *inodeStat) error {
+		if err := unix.Mknodat(dirFd, name, unixType(req.Mode)|perm&0o7777, int(req.Rdev)); err != nil {
+			return err
+		}
+		fd, err := openBeneath(dirFd, name, unix.O_PATH, 0)
+		if err == nil {
+			err = d.fs.newOwner(fd, &req.Header, perm, dirSt)
+			if err == nil {
+				err = fstat(fd, &st)
+			}
+			closeFd(fd)
+		}
+		if err != nil {
+			_ = unix.Unlinkat(dirFd, name, 0)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, d.fs.fail("mknod", d.childPath(name), err)
+	}
+	return d.fs.nodeForNew(&st, d, name, true), nil
+}
+
+// Symlink creates a symbolic link. Its target is stored as given and never
+// followed by lockfs.
+func (d *Dir) Symlink(ctx context.Context, req *fuse.SymlinkRequest) (fusefs.Node, error) {
+	name := req.NewName
+	if isReserved(name) {
+		return nil, d.fs.refuse("symlink", d.childPath(name), syscall.EEXIST, "reserved name")
+	}
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	var st inodeStat
+	err := d.at(func(dirFd int, dirSt *inodeStat) error {
+		if err := unix.Symlinkat(req.Target, dirFd, name); err != nil {
+			return err
+		}
+		fd, err := openBeneath(dirFd, name, unix.O_PATH, 0)
+		if err == nil {
+			err = d.fs.newOwner(fd, &req.Header, 0o777, dirSt)
+			if err == nil {
+				err = fstat(fd, &st)
+			}
+			closeFd(fd)
+		}
+		if err != nil {
+			_ = unix.Unlinkat(dirFd, name, 0)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, d.fs.fail("symlink", d.childPath(name), err)
+	}
+	return d.fs.nodeForNew(&st, d, name, true), nil
+}
+
+// Create creates and opens a regular file. A control name is the control
+// file (opening it changes nothing); a backing name may not be created.
+func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.CreateResponse) (fusefs.Node, fusefs.Handle, error) {
+	name := req.Name
+	excl := req.Flags&fuse.OpenExclusive != 0
+	if kind, ok := controlKind(name); ok {
+		if excl {
+			return nil, nil, d.fs.refuse("create", d.childPath(name), syscall.EEXIST, "control file exists")
+		}
+		n := d.fs.controlNode(d, kind)
+		resp.EntryValid = entryValid
+		opener, ok := n.(fusefs.NodeOpener)
+		if !ok {
+			return n, n, nil
+		}
+		oreq := &fuse.OpenRequest{Header: req.Header, Flags: req.Flags &^ (fuse.OpenCreate | fuse.OpenExclusive | fuse.OpenTruncate)}
+		h, err := opener.Open(ctx, oreq, &resp.OpenResponse)
+		if err != nil {
+			return nil, nil, err
+		}
+		return n, h, nil
+	}
+	if backingNames[name] {
+		if excl {
+			return nil, nil, d.fs.refuse("create", d.childPath(name), syscall.EEXIST, "reserved name")
+		}
+		return nil, nil, d.fs.refuse("create", d.childPath(name), syscall.EPERM, "reserved name")
+	}
+	if err := checkName(name); err != nil {
+		return nil, nil, err
+	}
+	flags := backingOpenFlags(req.Flags)
+	perm := unixPerm(req.Mode)
+	var st inodeStat
+	fd := -1
+	created := false
+	err := d.at(func(dirFd int, dirSt *inodeStat) error {
+		for attempt := 0; ; attempt++ {
+			var err error
+			fd, err = unix.Openat(dirFd, name, flags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, perm&0o7777)
+			if err == nil {
+				if err = d.fs.newOwner(fd, &req.Header, perm, dirSt); err != nil {
+					closeFd(fd)
+					fd = -1
+					_ = unix.Unlinkat(dirFd, name, 0)
+					return err
+				}
+				created = true
+				break
+			}
+			if err != unix.EEXIST || excl {
+				return err
+			}
+			// The name appeared since the kernel looked: open what is
+			// there, as open(2) without O_EXCL would.
+			fd, err = unix.Openat(dirFd, name, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+			if err == nil {
+				break
+			}
+			if err != unix.ENOENT || attempt > 8 {
+				if err == unix.ELOOP {
+					err = syscall.ESTALE // a symlink: let the kernel look again
+				}
+				return err
+			}
+		}
+		if err := fstat(fd, &st); err != nil {
+			closeFd(fd)
+			fd = -1
+			return err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			closeFd(fd)
+			fd = -1
+			return syscall.ESTALE
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, d.fs.fail("create", d.childPath(name), err)
+	}
+	if err := clearNonblock(fd, req.Flags); err != nil {
+		closeFd(fd)
+		return nil, nil, d.fs.fail("create", d.childPath(name), err)
+	}
+	n := d.fs.nodeForNew(&st, d, name, created)
+	f, ok := n.(*File)
+	if !ok {
+		closeFd(fd)
+		return nil, nil, d.fs.fail("create", d.childPath(name), syscall.EIO)
+	}
+	h, err := f.newHandle(fd)
+	if err != nil {
+		return nil, nil, d.fs.fail("create", d.childPath(name), err)
+	}
+	resp.EntryValid = entryValid
+	return f, h, nil
+}

@@ -1,0 +1,165 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	"bazil.org/fuse"
+	fusefs "bazil.org/fuse/fs"
+	"golang.org/x/sys/unix"
+)
+
+// Remove unlinks a file or removes an empty directory. Reserved names may
+// not be removed; in a sticky directory only the owner of the file or of
+// the directory (or root) may remove it.
+func (d *Dir) Remove(ctx context.Context, req *fuse.RemoveRequest) error {
+	name := req.Name
+	op := "unlink"
+	if req.Dir {
+		op = "rmdir"
+	}
+	if isReserved(name) {
+		return d.fs.refuse(op, d.childPath(name), syscall.EPERM, "reserved name")
+	}
+	if err := checkName(name); err != nil {
+		return err
+	}
+	var st inodeStat
+	err := d.at(func(dirFd int, dirSt *inodeStat) error {
+		if err := lstatAt(dirFd, name, &st); err != nil {
+			return err
+		}
+		if !stickyAllows(dirSt, &st, req.Header.Uid) {
+			return errSticky
+		}
+		flags := 0
+		if req.Dir {
+			flags = unix.AT_REMOVEDIR
+		}
+		return unix.Unlinkat(dirFd, name, flags)
+	})
+	if err == errSticky {
+		return d.fs.refuse(op, d.childPath(name), syscall.EPERM, "sticky directory")
+	}
+	if err != nil {
+		return d.fs.fail(op, d.childPath(name), err)
+	}
+	if n := d.fs.lookupNode(keyOf(&st)); n != nil {
+		d.fs.treeMu.Lock()
+		n.base().dropLinkLocked(d, name)
+		d.fs.treeMu.Unlock()
+	}
+	return nil
+}
+
+// errSticky is the verdict of a failed sticky-directory check.
+var errSticky = errors.New("sticky directory: not the owner")
+
+// stickyAllows applies the sticky-directory rule the kernel would: bazil
+// cannot report the sticky bit to the kernel, so lockfs checks it.
+func stickyAllows(dirSt, st *inodeStat, uid uint32) bool {
+	if dirSt.Mode&unix.S_ISVTX == 0 || uid == 0 {
+		return true
+	}
+	return uid == st.Uid || uid == dirSt.Uid
+}
+
+// Rename moves a name, possibly to another directory, replacing what the
+// target name held. Reserved names may be neither source nor target.
+// (bazil does not decode RENAME2, so the kernel answers renameat2 flags
+// with EINVAL before asking.)
+func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs.Node) error {
+	nd, ok := newDir.(*Dir)
+	if !ok {
+		return syscall.EXDEV
+	}
+	oldName, newName := req.OldName, req.NewName
+	if isReserved(oldName) || isReserved(newName) {
+		return d.fs.refuse("rename", d.childPath(oldName)+" -> "+nd.childPath(newName), syscall.EPERM, "reserved name")
+	}
+	if err := checkName(oldName); err != nil {
+		return err
+	}
+	if err := checkName(newName); err != nil {
+		return err
+	}
+	var st, tst inodeStat
+	replaced := false
+	err := d.at(func(oldFd int, oldDirSt *inodeStat) error {
+		return nd.at(func(newFd int, newDirSt *inodeStat) error {
+			if err := lstatAt(oldFd, oldName, &st); err != nil {
+				return err
+			}
+			if !stickyAllows(oldDirSt, &st, req.Header.Uid) {
+				return errSticky
+			}
+			switch err := lstatAt(newFd, newName, &tst); err {
+			case nil:
+				replaced = true
+				if !stickyAllows(newDirSt, &tst, req.Header.Uid) {
+					return errSticky
+				}
+			case unix.ENOENT:
+			default:
+				return err
+			}
+			return unix.Renameat(oldFd, oldName, newFd, newName)
+		})
+	})
+	if err == errSticky {
+		return d.fs.refuse("rename", d.childPath(oldName), syscall.EPERM, "sticky directory")
+	}
+	if err != nil {
+		return d.fs.fail("rename", d.childPath(oldName), err)
+	}
+	if replaced && keyOf(&tst) == keyOf(&st) {
+		return nil // two names of one inode: rename(2) does nothing
+	}
+	moved := d.fs.lookupNode(keyOf(&st))
+	var gone passNode
+	if replaced {
+		gone = d.fs.lookupNode(keyOf(&tst))
+	}
+	d.fs.treeMu.Lock()
+	if moved != nil {
+		moved.base().moveLinkLocked(d, oldName, nd, newName)
+	}
+	if gone != nil {
+		gone.base().dropLinkLocked(nd, newName)
+	}
+	d.fs.treeMu.Unlock()
+	return nil
+}
+
+// Link makes a new name for an existing file (not a directory, not a
+// control file).
+func (d *Dir) Link(ctx context.Context, req *fuse.LinkRequest, old fusefs.Node) (fusefs.Node, error) {
+	name := req.NewName
+	if isReserved(name) {
+		return nil, d.fs.refuse("link", d.childPath(name), syscall.EPERM, "reserved name")
+	}
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	of, ok := old.(*File)
+	if !ok {
+		return nil, d.fs.refuse("link", d.childPath(name), syscall.EPERM, "not a linkable file")
+	}
+	var st inodeStat
+	err := d.at(func(dirFd int, _ *inodeStat) error {
+		if err := of.linkInto(dirFd, name); err != nil {
+			return err
+		}
+		return lstatAt(dirFd, name, &st)
+	})
+	if err != nil {
+		return nil, d.fs.fail("link", d.childPath(name), err)
+	}
+	if keyOf(&st) != of.key {
+		// Replaced in SOURCE between the link and the check.
+		return d.fs.nodeFor(&st, d, name), nil
+	}
+	of.addLink(d, name)
+	return of, nil
+}
