@@ -144,8 +144,13 @@ func (h *dirHandle) ReadDirAll(ctx context.Context) ([]fuse.Dirent, error) {
 		}
 		out = appendDirents(out, buf[:n])
 	}
+	// The control files, with the inode numbers their nodes report
+	// (control.go), so that readdir and stat agree.
+	dir := cleanDirPath(h.d.relPath())
 	for _, name := range []string{".lock", ".lock_newdir", ".lock_usage"} {
-		out = append(out, fuse.Dirent{Name: name, Type: fuse.DT_File})
+		kind, _ := controlKind(name)
+		ino := controlInode(nodeKey{dir: dir, kind: kind})
+		out = append(out, fuse.Dirent{Name: name, Type: fuse.DT_File, Inode: ino})
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -45,6 +46,35 @@ func TestPTReservedNames(t *testing.T) {
 		if strings.Join(names, " ") != strings.Join(want, " ") {
 			t.Errorf("readdir %q = %q, want %q", dir, names, want)
 		}
+	}
+	// readdir and stat give a control file the same inode number.
+	dfd, err := unix.Open(m.m("d"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8192)
+	n, err := unix.ReadDirent(dfd, buf)
+	unix.Close(dfd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	// (appendDirents leaves reserved names out: parse linux_dirent64 here.)
+	for off := 0; off < n; {
+		ino := binary.NativeEndian.Uint64(buf[off:])
+		reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
+		name := strings.TrimRight(string(buf[off+19:off+reclen]), "\x00")
+		off += reclen
+		if _, ok := controlKind(name); !ok {
+			continue
+		}
+		seen++
+		if st := lstat(t, m.m("d/"+name)); st.Ino != ino {
+			t.Errorf("%s: readdir inode %d, stat inode %d", name, ino, st.Ino)
+		}
+	}
+	if seen != 3 {
+		t.Errorf("readdir listed %d control files, want 3", seen)
 	}
 	if _, err := os.Lstat(m.m("d/..LOCK")); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("lstat of a backing name: %v, want ENOENT", err)
