@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"github.com/sirupsen/logrus"
 	"syscall"
 
 	"bazil.org/fuse"
@@ -79,7 +80,28 @@ func (d *Dir) Mkdir(ctx context.Context, req *fuse.MkdirRequest) (fusefs.Node, e
 	if err != nil {
 		return nil, d.fs.fail("mkdir", d.childPath(name), err)
 	}
+	d.adoptNewDir(ctx, name, int(req.Header.Pid))
 	return d.fs.nodeForNew(&st, d, name, true), nil
+}
+
+// adoptNewDir applies the new-dir rule (SPEC §2): a directory created by a
+// process whose lineage holds this directory's new-dir lock exclusively is,
+// in effect, locked exclusively by that holder (lockmgr.AdoptNewDir). The
+// directory exists either way; a failure is logged.
+func (d *Dir) adoptNewDir(ctx context.Context, name string, tid int) {
+	e := d.fs.cfg.Engine
+	if e == nil {
+		return
+	}
+	adopted, err := e.AdoptNewDir(context.WithoutCancel(ctx), d.relPath(), name, tid)
+	switch {
+	case err != nil:
+		d.fs.log.WithError(err).WithFields(logrus.Fields{"path": d.childPath(name), "pid": tid}).
+			Warn("new directory created under an exclusive new-dir lock could not be locked for its creator")
+	case adopted:
+		d.fs.log.WithFields(logrus.Fields{"path": d.childPath(name), "pid": tid}).
+			Debug("new directory locked for the holder of the new-dir lock")
+	}
 }
 
 // Mknod creates a special file (a FIFO, a socket, or a device for a caller
