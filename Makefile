@@ -1,4 +1,4 @@
-# lockfs: make build | test | bench | run | vet | storm | deps | clean
+# lockfs: make build | test | bench | run | run-multihost | vet | storm | deps | clean
 #
 # `make test` and `make run` install their prerequisites themselves when run
 # as root on Debian/Ubuntu (see scripts/deps.sh).
@@ -11,7 +11,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # The full kill-during-wait storm (`make storm`); `make test` runs 300 trials.
 STORM_TRIALS ?= 10000
 
-.PHONY: all build test bench bench-smoke run vet fmt-check storm deps clean
+.PHONY: all build test bench bench-smoke run run-multihost vet fmt-check storm deps clean
 
 all: build
 
@@ -52,8 +52,15 @@ storm: deps
 run: deps build
 	@scripts/run-demo.sh $(BIN)
 
+# Two "hosts" on this machine sharing locks through a GCS emulator: builds
+# bin/lockfs and bin/fake-gcs-server, mounts demo/hostA/mnt and
+# demo/hostB/mnt with --backend gcs; Ctrl-C unmounts both, stops the emulator.
+run-multihost: deps
+	@GO="$(GO)" LDFLAGS="$(LDFLAGS)" scripts/run-multihost.sh
+
 clean:
-	@if grep -qs " $(CURDIR)/demo/mnt " /proc/mounts; then fusermount3 -uz demo/mnt || true; fi
+	@for m in demo/mnt demo/hostA/mnt demo/hostB/mnt; do \
+		if grep -qs " $(CURDIR)/$$m " /proc/mounts; then fusermount3 -uz $$m || true; fi; done
 	rm -rf bin demo
 
 # Install the binary, the mount(8) helper for /etc/fstab lines of type
