@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/lockmgr"
@@ -47,7 +50,11 @@ var gcsObjects = strings.Count(gcsLock, "/") + 2
 //     gcs_refreshes_per_ttl_per_object.
 //   - gcs_takeover_s_minus_ttl: from the SIGKILL of the holder host until a
 //     waiting host holds the lock, minus the TTL (gcs_ttl_s; the refresh
-//     interval is gcs_refresh_interval_s).
+//     interval is gcs_refresh_interval_s). When `lockfs mount` has
+//     --backend gcs, the hosts are two lockfs daemons and the lock is
+//     taken with flock through their mounts (gcs_takeover_daemons = 1);
+//     otherwise the holder is a helper process with its own engine and
+//     backend, and the waiter an engine in this process (0).
 func (r *runner) gcs(ctx context.Context) error {
 	bin, err := emulatorBinary(ctx, r.modDir)
 	if err != nil {
@@ -65,7 +72,11 @@ func (r *runner) gcs(ctx context.Context) error {
 	}
 	defer proxy.close()
 	g := &gcsRun{r: r, proxy: proxy, ttl: r.cfg.GCSTTL}
-	for _, step := range []func(context.Context) error{g.counts, g.handoff, g.refreshes, g.takeover} {
+	takeover := g.takeover
+	if r.lockfsHasGCS(ctx) {
+		takeover, g.daemons = g.takeoverDaemons, true
+	}
+	for _, step := range []func(context.Context) error{g.counts, g.handoff, g.refreshes, takeover} {
 		if err := step(ctx); err != nil {
 			return err
 		}
@@ -100,6 +111,9 @@ type gcsRun struct {
 
 	acqW, acqR, relW, relR, rootAcqW, rootRelW, handoffReqs, refreshRate, takeoverS []float64
 	refreshInterval                                                                 time.Duration
+	// daemons: the takeover ran between two `lockfs mount --backend gcs`
+	// daemons (else between engines: a helper process and this one).
+	daemons bool
 }
 
 // host is one daemon's backend and engine.
@@ -367,6 +381,11 @@ func (g *gcsRun) report() {
 	put("gcs_refreshes_per_ttl_per_object", per)
 	to := put("gcs_takeover_s_minus_ttl", g.takeoverS)
 	r.res.set("gcs_objects_per_lock", float64(gcsObjects))
+	if g.daemons {
+		r.res.set("gcs_takeover_daemons", 1)
+	} else {
+		r.res.set("gcs_takeover_daemons", 0)
+	}
 	r.res.set("gcs_ttl_s", g.ttl.Seconds())
 	r.res.set("gcs_refresh_interval_s", g.refreshInterval.Seconds())
 
@@ -383,8 +402,105 @@ func (g *gcsRun) report() {
 	row(fmt.Sprintf("GCS requests per TTL holding one depth-4 lock (TTL %v)", g.ttl), "gcs_refreshes_per_ttl", rf,
 		fmt.Sprintf("%d objects, refresh every %v", gcsObjects, g.refreshInterval.Round(time.Millisecond)), nil)
 	tg := between(0, 1)
-	row(fmt.Sprintf("GCS takeover after kill -9 of the holder, s minus TTL (TTL %v)", g.ttl), "gcs_takeover_s_minus_ttl", to,
+	who := "the holder host's engine"
+	if g.daemons {
+		who = "the holder's lockfs daemon"
+	}
+	row(fmt.Sprintf("GCS takeover after kill -9 of %s, s minus TTL (TTL %v)", who, g.ttl), "gcs_takeover_s_minus_ttl", to,
 		fmt.Sprintf("stale after TTL+refresh = %v", (g.ttl+g.refreshInterval).Round(time.Millisecond)), &tg)
+}
+
+// lockfsHasGCS reports whether the lockfs binary takes --backend gcs.
+func (r *runner) lockfsHasGCS(ctx context.Context) bool {
+	out, _ := exec.CommandContext(ctx, r.bin(binLockfs), "mount", "-h").CombinedOutput()
+	return strings.Contains(string(out), "gcs-endpoint")
+}
+
+// takeoverDaemons: two lockfs daemons with the gcs backend, A and B, over
+// SOURCE trees of their own. A process on A takes gcsLock with flock; a
+// process on B waits for it in flock; A's daemon is killed with SIGKILL;
+// the time from the kill until B's process returns from flock, minus the
+// TTL, is recorded.
+func (g *gcsRun) takeoverDaemons(ctx context.Context) error {
+	r := g.r
+	for rep := 0; rep < r.cfg.GCSReps; rep++ {
+		g.seq++
+		prefix := fmt.Sprintf("daemons%d/", g.seq)
+		var m [2]*mount
+		for i, host := range []string{"a", "b"} {
+			name := fmt.Sprintf("gcs-%s%d", host, g.seq)
+			src, err := r.dir("src-" + name)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(filepath.Join(src, gcsLock), 0o755); err != nil {
+				return err
+			}
+			mnt, err := r.dir("mnt", name)
+			if err != nil {
+				return err
+			}
+			m[i], err = startMount(ctx, name, r.logDir, mnt, r.bin(binLockfs), "mount", "--log-level", "warn",
+				"--backend", "gcs", "--gcs-bucket", gcsBucket, "--gcs-prefix", prefix,
+				"--gcs-endpoint", g.proxy.endpoint(), "--lease-ttl", g.ttl.String(), "--host-id", name, src, mnt)
+			if err != nil {
+				return err
+			}
+			r.atClose(m[i].unmount)
+		}
+		d, err := func() (time.Duration, error) {
+			defer m[1].unmount()
+			defer m[0].unmount()
+			holder, err := r.startLineProc(fmt.Sprintf("gcs-holder%d", g.seq), "lock", "-file", filepath.Join(m[0].dir, gcsLock, ".lock"))
+			if err != nil {
+				return 0, err
+			}
+			defer holder.kill()
+			if _, err := holder.line(ctx, time.Minute); err != nil {
+				return 0, fmt.Errorf("holder on host A: %w", err)
+			}
+			waiter, err := r.startLineProc(fmt.Sprintf("gcs-waiter%d", g.seq), "lock", "-file", filepath.Join(m[1].dir, gcsLock, ".lock"))
+			if err != nil {
+				return 0, err
+			}
+			defer waiter.stop()
+			// Let the waiter block, and the holder's daemon refresh at least once.
+			time.Sleep(g.refreshInterval * 3 / 2)
+			if waiter.ready() {
+				return 0, errors.New("host B was granted the lock while host A's daemon lived")
+			}
+			killed := monoNow()
+			if err := m[0].cmd.Process.Kill(); err != nil {
+				return 0, err
+			}
+			b, err := waiter.line(ctx, 10*g.ttl+30*time.Second)
+			if err != nil {
+				return 0, fmt.Errorf("waiter on host B: %w", err)
+			}
+			var out struct {
+				GrantedNs float64 `json:"granted_ns"`
+			}
+			if err := json.Unmarshal(b, &out); err != nil {
+				return 0, fmt.Errorf("waiter on host B: %q: %w", b, err)
+			}
+			return time.Duration(int64(out.GrantedNs) - killed), nil
+		}()
+		if err != nil {
+			return err
+		}
+		g.takeoverS = append(g.takeoverS, (d - g.ttl).Seconds())
+		r.logf("gcs takeover (daemons) rep %d: %.3fs after the kill (TTL %v)", rep, d.Seconds(), g.ttl)
+	}
+	return nil
+}
+
+// monoNow reads CLOCK_MONOTONIC in nanoseconds, as loadgen does.
+func monoNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err)
+	}
+	return ts.Nano()
 }
 
 // soloProcs is a process tree where every thread id is a process of its

@@ -1,15 +1,11 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -72,7 +68,7 @@ func (r *runner) held(ctx context.Context) error {
 		src    string
 		m      *mount
 		ctl    string
-		holder *holder
+		holder *lineProc
 	}
 	sides := []*side{{name: "held-many", locks: n}, {name: "held-base", locks: base}}
 	for _, s := range sides {
@@ -199,72 +195,22 @@ func makeHeldTree(src string, n int) error {
 	return nil
 }
 
-// holder is a loadgen process holding many locks until its stdin closes.
-type holder struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	done  chan struct{}
-}
-
 // startHolder starts `loadgen hold` on root and waits until it holds n
 // locks.
-func (r *runner) startHolder(ctx context.Context, root string, n int) (*holder, error) {
-	cmd := exec.Command(r.bin(binLoadgen), "hold", "-root", root, "-n", itoa(n), "-fan", itoa(heldFan))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Env = loadgenEnv()
-	stdin, err := cmd.StdinPipe()
+func (r *runner) startHolder(ctx context.Context, root string, n int) (*lineProc, error) {
+	h, err := r.startLineProc(fmt.Sprintf("holder-%d", n), "hold", "-root", root, "-n", itoa(n), "-fan", itoa(heldFan))
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
+	b, err := h.line(ctx, 10*time.Minute)
 	if err != nil {
-		return nil, err
-	}
-	logf, err := os.Create(filepath.Join(r.logDir, fmt.Sprintf("holder-%d.log", n)))
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	h := &holder{cmd: cmd, stdin: stdin, done: make(chan struct{})}
-	line := make(chan []byte, 1)
-	go func() {
-		b, _ := bufio.NewReader(stdout).ReadBytes('\n')
-		line <- b
-		io.Copy(io.Discard, stdout)
-		cmd.Wait()
-		close(h.done)
-	}()
-	r.atClose(h.stop)
-	select {
-	case b := <-line:
-		var out struct{ Held float64 }
-		if err := json.Unmarshal(b, &out); err != nil || int(out.Held) != n {
-			h.stop()
-			msg, _ := os.ReadFile(logf.Name())
-			return nil, fmt.Errorf("holder failed: %q %s", b, msg)
-		}
-		return h, nil
-	case <-ctx.Done():
 		h.stop()
-		return nil, ctx.Err()
+		return nil, err
 	}
-}
-
-// stop closes the holder's stdin (it exits, closing every descriptor) and
-// waits, killing it after 30s. Safe to call twice.
-func (h *holder) stop() {
-	if h == nil {
-		return
+	var out struct{ Held float64 }
+	if err := json.Unmarshal(b, &out); err != nil || int(out.Held) != n {
+		h.stop()
+		return nil, fmt.Errorf("holder: unexpected output %q", b)
 	}
-	h.stdin.Close()
-	select {
-	case <-h.done:
-	case <-time.After(30 * time.Second):
-		h.cmd.Process.Kill()
-		<-h.done
-	}
+	return h, nil
 }

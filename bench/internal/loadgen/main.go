@@ -12,6 +12,7 @@
 //	loadgen disjoint -file F -start NS -dur D  pairs until a deadline
 //	loadgen handoff  -file F -shm S -id I -procs P -rounds R -hold H [-poll D]
 //	loadgen hold     -root DIR -n N -fan F     hold N locks until stdin closes
+//	loadgen lock     -file F                   wait for one lock, hold it until stdin closes
 //	loadgen meta     -dir D -n N               create + stat + unlink
 //	loadgen write    -file F -size B [-fsync]  sequential write of a new file
 //	loadgen read     -file F                   sequential read
@@ -55,6 +56,8 @@ func main() {
 		err = runHandoff(args)
 	case "hold":
 		err = runHold(args)
+	case "lock":
+		err = runLock(args)
 	case "meta":
 		err = runMeta(args)
 	case "write":
@@ -483,4 +486,26 @@ func runRead(args []string) error {
 	ns := mono() - start
 	return emit(map[string]float64{"bytes": float64(total), "ns": float64(ns),
 		"mb_per_s": float64(total) / (1 << 20) / (float64(ns) / 1e9)})
+}
+
+// lock: open file, wait in flock(LOCK_EX) until granted, print
+// {"granted_ns": CLOCK_MONOTONIC}, and hold the lock until standard input
+// closes.
+func runLock(args []string) error {
+	fl := flag.NewFlagSet("lock", flag.ExitOnError)
+	file := fl.String("file", "", "file to lock")
+	fl.Parse(args)
+	fd, err := openLock(*file)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := flock(fd, unix.LOCK_EX); err != nil {
+		return fmt.Errorf("LOCK_EX: %w", err)
+	}
+	if err := emit(map[string]float64{"granted_ns": float64(mono())}); err != nil {
+		return err
+	}
+	io.Copy(io.Discard, os.Stdin)
+	return nil
 }
