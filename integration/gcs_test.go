@@ -656,7 +656,6 @@ func tokenOf(t *testing.T, line string) (token uint64, lost bool) {
 // with EIO, and B's grant carries a higher fencing token and is left
 // alone. Control: B is refused while A runs.
 func TestGCSStoppedHostLosesLease(t *testing.T) {
-	requireRoot(t) // the holder reads its token: identities are shown to root and the holder's uid
 	require(t, "python3")
 	_, a, b := twoHosts(t, gcsHost{id: "host-a", onLoss: "SIGUSR1"}, gcsHost{id: "host-b", onLoss: "SIGUSR1"})
 
@@ -700,8 +699,9 @@ func TestGCSStoppedHostLosesLease(t *testing.T) {
 	waitPrefix(t, ha, "signal USR1", 10*time.Second)
 	t.Logf("A's holder got SIGUSR1 %v after SIGCONT", time.Since(resumedAt).Round(time.Millisecond))
 
-	// A second signal may follow for the hold's implicit ancestor holds:
-	// count them (see the report), after the holder answers a command.
+	// The daemon reports the loss of the root's implicit hold separately
+	// and signals the holder again for it: the status line shows how many
+	// SIGUSR1s arrived (logged, not checked).
 	time.Sleep(200 * time.Millisecond)
 	fmt.Fprintln(ha.stdin, "status")
 	line = waitPrefix(t, ha, "status ", 10*time.Second)
