@@ -49,7 +49,8 @@ func TestMountRefusesBadPaths(t *testing.T) {
 		{"mountpoint inside source", []string{"mount", src, filepath.Join(src, "sub")}, "inside SOURCE"},
 		{"mountpoint is source", []string{"mount", src, src}, "inside SOURCE"},
 		{"mountpoint inside source through a symlink", []string{"mount", src, link}, "inside SOURCE"},
-		{"unknown backend", []string{"mount", "--backend", "gcs", src, mnt}, "valid values are local"},
+		{"unknown backend", []string{"mount", "--backend", "nfs", src, mnt}, "valid values are local, gcs"},
+		{"gcs without a bucket", []string{"mount", "--backend", "gcs", src, mnt}, "--backend gcs needs --gcs-bucket"},
 		{"one argument", []string{"mount", src}, "want two arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

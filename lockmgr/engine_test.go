@@ -260,3 +260,51 @@ func TestObserver(t *testing.T) {
 		t.Errorf("lost: %d, want 1", obs.lost)
 	}
 }
+
+// TestLossOfAncestorLease: losing the lease of an ancestor (which the
+// holder holds only implicitly) loses the holder's lock below, reported
+// once, and leaves its other holds marked too; the control is an owner of
+// an unrelated lock, which is not touched.
+func TestLossOfAncestorLease(t *testing.T) {
+	tree, host := newFakeTree(), newMemHost()
+	tree.add(100, 1)
+	tree.add(200, 1)
+	lost := make(chan LostHold, 16)
+	e, err := New(Config{Backend: &memBackend{host: host}, Processes: tree, OnLoss: func(l LostHold) { lost <- l }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	ab := LockID{Path: "a/b", Kind: KindDir}
+	if _, err := e.Acquire(ctx, Request{Lock: ab, Mode: Exclusive, Owner: Owner{OwnerFile, 1}, TID: 100}); err != nil {
+		t.Fatal(err)
+	}
+	x := LockID{Path: "x", Kind: KindDir}
+	if _, err := e.Acquire(ctx, Request{Lock: x, Mode: Exclusive, Owner: Owner{OwnerFile, 2}, TID: 200}); err != nil {
+		t.Fatal(err)
+	}
+	leaseOf(e, LockID{Path: "a", Kind: KindDir}).lose(errors.New("gone"))
+	select {
+	case l := <-lost:
+		if l.Lock != ab || l.Holder.Owner != (Owner{OwnerFile, 1}) {
+			t.Fatalf("OnLoss: %+v, want the explicit hold on a/b", l)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("OnLoss not called")
+	}
+	select {
+	case l := <-lost:
+		t.Fatalf("OnLoss called again: %+v", l)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := e.Acquire(ctx, Request{Lock: ab, Mode: Shared, Owner: Owner{OwnerFile, 1}, TID: 100}); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("lock call on the lost lock: %v, want ErrLeaseLost", err)
+	}
+	if st := e.Status(x); len(st.Holders) != 1 || st.Holders[0].Lost != nil {
+		t.Fatalf("control: the unrelated lock was touched: %+v", st)
+	}
+	if err := e.Release(ctx, ab, Owner{OwnerFile, 1}); err != nil {
+		t.Fatalf("release of a lost lock: %v", err)
+	}
+}

@@ -49,30 +49,58 @@ func (ls *lockState) unwatchLocked() {
 	}
 }
 
-// loseLocked marks every live hold of ls lost and tells OnLoss about each.
-// The holds stay in the table, conflicting with nobody, until their owners
-// release them; lock calls on them fail with ErrLeaseLost.
+// loseLocked marks every live hold of ls lost, and with each the other holds
+// of the same owner (its implicit holds on ancestors exist only on behalf
+// of its lock, and its lock is unprotected once any of them is), and tells
+// OnLoss once per explicit hold so marked. The holds stay in the table,
+// conflicting with nobody, until their owners release them; lock calls on
+// them fail with ErrLeaseLost. Other locks whose holds were marked are
+// settled (their leases given back if nothing else needs them). A POSIX
+// owner (one process) that holds several control files loses them all.
 func (e *Engine) loseLocked(ls *lockState, lease Lease, cause error) {
 	if !errors.Is(cause, ErrLeaseLost) {
 		cause = fmt.Errorf("%w: %v", ErrLeaseLost, cause)
 	}
-	var lost []LostHold
-	for _, h := range ls.holds {
-		if h.lost != nil {
-			continue
+	owners := make(map[Owner]bool)
+	for o, h := range ls.holds {
+		if h.lost == nil {
+			owners[o] = true
 		}
-		ls.change(h, func() { h.lost = cause })
-		lost = append(lost, LostHold{Lock: ls.id, Holder: e.holderLocked(ls, h), Err: cause})
-		e.log.WithError(cause).WithFields(map[string]any{
-			"path": ls.id.String(), "mode": h.explicit.String(), "pid": h.lineage.Self().PID,
-			"uid": h.uid, "host": e.host, "token": h.token,
-		}).Error("lock lost")
 	}
-	ls.broadcastLocked()
+	if len(owners) == 0 {
+		return
+	}
+	var lost []LostHold
+	var others []*lockState
+	for _, l := range e.locks {
+		touched := false
+		for o := range owners {
+			h := l.holds[o]
+			if h == nil || h.lost != nil {
+				continue
+			}
+			l.change(h, func() { h.lost = cause })
+			touched = true
+			if h.explicit == 0 {
+				continue
+			}
+			lost = append(lost, LostHold{Lock: l.id, Holder: e.holderLocked(l, h), Err: cause})
+			e.log.WithError(cause).WithFields(map[string]any{
+				"path": l.id.String(), "kind": l.id.Kind.String(), "mode": h.explicit.String(),
+				"pid": h.lineage.Self().PID, "uid": h.uid, "host": e.host, "token": h.token,
+			}).Error("lock lost")
+		}
+		if touched {
+			l.broadcastLocked()
+			if l != ls {
+				others = append(others, l)
+			}
+		}
+	}
 	if e.obs != nil {
 		broken := errors.Is(cause, ErrBroken)
-		for range lost {
-			e.obs.Lost(ls.id, broken)
+		for _, l := range lost {
+			e.obs.Lost(l.Lock, broken)
 		}
 	}
 	if e.onLoss != nil && len(lost) > 0 {
@@ -84,6 +112,9 @@ func (e *Engine) loseLocked(ls *lockState, lease Lease, cause error) {
 				e.onLoss(l)
 			}
 		}()
+	}
+	for _, l := range others {
+		e.settleLocked(l)
 	}
 }
 
