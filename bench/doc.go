@@ -17,10 +17,12 @@
 // The load itself comes from separate processes: bench/internal/loadgen
 // (flock loops, hand-offs, held locks, file I/O), built by the harness with
 // `go build` together with bench/internal/noopfs, bench/internal/loopback
-// and cmd/lockfs. The GCS figures are counted in process, with a
+// and cmd/lockfs. The GCS request counts are taken in process, with a
 // lockmgr.Engine over gcsbackend, against the fake-gcs-server emulator
-// behind a counting HTTP proxy; the takeover figure kills a holder host
-// (a re-executed copy of the harness binary) with SIGKILL.
+// behind a counting HTTP proxy. The takeover figure kills the holder
+// host's `lockfs mount --backend gcs` daemon with SIGKILL while a second
+// daemon's client waits; with a lockfs binary that lacks the gcs backend,
+// the holder host is a re-executed copy of the harness binary instead.
 //
 // # Output
 //
