@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -246,6 +247,7 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 // held on entry and on return, and dropped while waiting.
 func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 	var w *waiter
+	var selfGrace time.Time // when a wait for the thread's own hold becomes a deadlock
 	defer func() {
 		if w != nil {
 			ls := e.locks[s.id]
@@ -291,23 +293,40 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 		if !rc.req.Wait {
 			return ErrWouldBlock
 		}
+		var recheck time.Duration
+		if mayPass {
+			recheck = exitRecheck
+		}
 		if e.closesCycleLocked(rc.req.TID, blockers) {
-			return ErrDeadlock
+			// A thread that waits for its own hold may be looking at a
+			// descriptor it has just closed: the kernel reports the last
+			// close of a flock'd file asynchronously. Give that release a
+			// moment before calling it a deadlock.
+			if !slices.Contains(blockers, rc.req.TID) {
+				return ErrDeadlock
+			}
+			if selfGrace.IsZero() {
+				selfGrace = time.Now().Add(selfDeadlockGrace)
+			} else if time.Now().After(selfGrace) {
+				return ErrDeadlock
+			}
+			recheck = selfDeadlockGrace / 10
 		}
 		if w == nil {
 			w = &waiter{step: s, rc: rc, since: e.now()}
 			ls.queue = append(ls.queue, w)
 			e.waiting[rc.req.TID] = w
 		}
-		var recheck time.Duration
-		if mayPass {
-			recheck = exitRecheck
-		}
 		if err := e.waitChangeLocked(ctx, ls, rc.req.TID, recheck); err != nil {
 			return err
 		}
 	}
 }
+
+// selfDeadlockGrace is how long a thread that waits for its own hold
+// waits for that hold's release to arrive before the wait is refused as a
+// deadlock: the release of a closed flock descriptor arrives after close().
+const selfDeadlockGrace = 250 * time.Millisecond
 
 // exitRecheck is how often a waiter looks again when a blocking hold may
 // pass to its own lineage on a process exit that no request announces.

@@ -19,6 +19,7 @@ import (
 // followed by "----" and the expected output up to a blank line:
 //
 //	proc PID parent=PPID          declare a process (thread id == pid)
+//	sleep DURATION                let timers run (e.g. 300ms)
 //	exit PID                      the process dies (its holds stay: its
 //	                              descriptors may live on in children)
 //	acquire OWNER pid=N path=P [kind=dir|newdir|usage] mode=s|x
@@ -237,6 +238,12 @@ func (env *scriptEnv) run(line string) []string {
 		pid, _ := strconv.Atoi(fields[1])
 		ppid, _ := strconv.Atoi(args["parent"])
 		env.tree.add(pid, ppid)
+	case "sleep":
+		d, err := time.ParseDuration(fields[1])
+		if err != nil {
+			env.t.Fatal(err)
+		}
+		time.Sleep(d)
 	case "exit":
 		pid, _ := strconv.Atoi(fields[1])
 		env.tree.exit(pid)
