@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,84 +8,18 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/lockfs/lockfs/gcsbackend/gcstest"
 )
 
-// emulatorModule is the GCS emulator, pinned by a tool line in go.mod.
-const emulatorModule = "github.com/fsouza/fake-gcs-server"
-
-// emulatorBinary returns the emulator binary, building it if needed. It
-// shares gcsbackend/gcstest's cache (GOCACHE/lockfs-fakegcs/VERSION) and
-// its build lock, so the module is built once per machine.
+// emulatorBinary returns the emulator binary, built once per machine by
+// gcsbackend/gcstest (shared cache and build lock).
 func emulatorBinary(ctx context.Context, modDir string) (string, error) {
-	goOut := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, "go", args...)
-		cmd.Dir = modDir
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return "", fmt.Errorf("go %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-		}
-		return strings.TrimSpace(string(out)), nil
-	}
-	version, err := goOut("list", "-m", "-f", "{{.Version}}", emulatorModule)
-	if err != nil {
-		return "", err
-	}
-	cache, err := goOut("env", "GOCACHE")
-	if err != nil || cache == "" || cache == "off" {
-		return "", fmt.Errorf("no Go build cache for the emulator (GOCACHE=%q): %v", cache, err)
-	}
-	dir := filepath.Join(cache, "lockfs-fakegcs", version)
-	bin := filepath.Join(dir, "fake-gcs-server")
-	if isExecutable(bin) {
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, "build.lock"), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	for {
-		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if err != unix.EWOULDBLOCK && err != unix.EINTR {
-			return "", err
-		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	if isExecutable(bin) {
-		return bin, nil
-	}
-	tmp := filepath.Join(dir, fmt.Sprintf("fake-gcs-server.tmp%d", os.Getpid()))
-	defer os.Remove(tmp)
-	if _, err := goOut("build", "-o", tmp, emulatorModule); err != nil {
-		return "", err
-	}
-	return bin, os.Rename(tmp, bin)
-}
-
-func isExecutable(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+	return gcstest.Build(ctx, modDir)
 }
 
 // emulator is a running fake-gcs-server with an in-memory store.

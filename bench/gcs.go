@@ -18,6 +18,8 @@ import (
 
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/lockmgr"
+
+	"github.com/lockfs/lockfs/gcsbackend/gcstest"
 )
 
 // gcsBucket is the emulator bucket the GCS measurements use.
@@ -58,7 +60,7 @@ var gcsObjects = strings.Count(gcsLock, "/") + 2
 func (r *runner) gcs(ctx context.Context) error {
 	bin, err := emulatorBinary(ctx, r.modDir)
 	if err != nil {
-		r.gcsUnavailable(fmt.Sprintf("cannot build the GCS emulator %s: %v", emulatorModule, err))
+		r.gcsUnavailable(fmt.Sprintf("cannot build the GCS emulator %s: %v", gcstest.Module, err))
 		return nil
 	}
 	emu, err := startEmulator(ctx, bin, r.logDir, gcsBucket)

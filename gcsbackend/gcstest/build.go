@@ -50,7 +50,11 @@ var (
 // A failed build fails t under CI=true and skips it otherwise.
 func Binary(t testing.TB) string {
 	t.Helper()
-	binOnce.Do(func() { binPath, binErr = build() })
+	binOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+		defer cancel()
+		binPath, binErr = Build(ctx, "")
+	})
 	if binErr != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("gcstest: cannot build the GCS emulator %s: %v", Module, binErr)
@@ -60,16 +64,16 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
-// build returns the cached binary for the pinned version, building it if
-// it is missing.
-func build() (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
-	defer cancel()
-	version, err := goOutput(ctx, "list", "-m", "-f", "{{.Version}}", Module)
+// Build returns the emulator binary for the version pinned in the go.mod of
+// the module in modDir ("" for the current directory), building it once per
+// machine into the Go build cache (GOCACHE/lockfs-fakegcs/VERSION) under a
+// lock, so that concurrent test binaries and the benchmark share one build.
+func Build(ctx context.Context, modDir string) (string, error) {
+	version, err := goIn(ctx, modDir, "list", "-m", "-f", "{{.Version}}", Module)
 	if err != nil {
 		return "", fmt.Errorf("find the pinned version (is there a tool line in go.mod?): %w", err)
 	}
-	cache, err := goOutput(ctx, "env", "GOCACHE")
+	cache, err := goIn(ctx, modDir, "env", "GOCACHE")
 	if err != nil || cache == "" || cache == "off" {
 		return "", fmt.Errorf("no Go build cache to keep the emulator in (GOCACHE=%q): %v", cache, err)
 	}
@@ -95,7 +99,7 @@ func build() (string, error) {
 	}
 	tmp := filepath.Join(dir, fmt.Sprintf("fake-gcs-server.tmp%d", os.Getpid()))
 	defer os.Remove(tmp)
-	if _, err := goOutput(ctx, "build", "-o", tmp, Module); err != nil {
+	if _, err := goIn(ctx, modDir, "build", "-o", tmp, Module); err != nil {
 		return "", err
 	}
 	if err := os.Rename(tmp, bin); err != nil {
@@ -127,14 +131,16 @@ func isExecutable(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
-// goOutput runs the go command and returns its trimmed standard output.
-func goOutput(ctx context.Context, args ...string) (string, error) {
+// goIn runs the go command in dir ("" for the current directory) and
+// returns its trimmed standard output.
+func goIn(ctx context.Context, dir string, args ...string) (string, error) {
 	gocmd, err := exec.LookPath("go")
 	if err != nil {
 		// go test sets GOROOT for the test binary even if go is not in PATH.
 		gocmd = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
 	cmd := exec.CommandContext(ctx, gocmd, args...)
+	cmd.Dir = dir
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
