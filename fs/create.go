@@ -51,37 +51,14 @@ func (f *FS) newOwner(fd int, hdr *fuse.Header, perm uint32, dirSt *inodeStat) e
 
 // Mkdir creates a directory.
 func (d *Dir) Mkdir(ctx context.Context, req *fuse.MkdirRequest) (fusefs.Node, error) {
-	name := req.Name
-	if isReserved(name) {
-		return nil, d.fs.refuse("mkdir", d.childPath(name), syscall.EEXIST, "reserved name")
-	}
-	if err := checkName(name); err != nil {
+	perm := unixPerm(req.Mode)
+	n, err := d.makeEntry("mkdir", req.Name, &req.Header, perm, unix.O_PATH|unix.O_DIRECTORY, unix.AT_REMOVEDIR,
+		func(dirFd int) error { return unix.Mkdirat(dirFd, req.Name, perm&0o7777) })
+	if err != nil {
 		return nil, err
 	}
-	perm := unixPerm(req.Mode)
-	var st inodeStat
-	err := d.at(func(dirFd int, dirSt *inodeStat) error {
-		if err := unix.Mkdirat(dirFd, name, perm&0o7777); err != nil {
-			return err
-		}
-		fd, err := openBeneath(dirFd, name, unix.O_PATH|unix.O_DIRECTORY, 0)
-		if err == nil {
-			err = d.fs.newOwner(fd, &req.Header, perm, dirSt)
-			if err == nil {
-				err = fstat(fd, &st)
-			}
-			closeFd(fd)
-		}
-		if err != nil {
-			_ = unix.Unlinkat(dirFd, name, unix.AT_REMOVEDIR)
-		}
-		return err
-	})
-	if err != nil {
-		return nil, d.fs.fail("mkdir", d.childPath(name), err)
-	}
-	d.adoptNewDir(ctx, name, int(req.Header.Pid))
-	return d.fs.nodeForNew(&st, d, name, true), nil
+	d.adoptNewDir(ctx, req.Name, int(req.Header.Pid))
+	return n, nil
 }
 
 // adoptNewDir applies the new-dir rule (SPEC §2): a directory created by a
@@ -107,68 +84,51 @@ func (d *Dir) adoptNewDir(ctx context.Context, name string, tid int) {
 // Mknod creates a special file (a FIFO, a socket, or a device for a caller
 // the kernel allowed to).
 func (d *Dir) Mknod(ctx context.Context, req *fuse.MknodRequest) (fusefs.Node, error) {
-	name := req.Name
-	if isReserved(name) {
-		return nil, d.fs.refuse("mknod", d.childPath(name), syscall.EEXIST, "reserved name")
-	}
-	if err := checkName(name); err != nil {
-		return nil, err
-	}
 	perm := unixPerm(req.Mode)
-	var st inodeStat
-	err := d.at(func(dirFd int, dirSt *inodeStat) error {
-		if err := unix.Mknodat(dirFd, name, unixType(req.Mode)|perm&0o7777, int(req.Rdev)); err != nil {
-			return err
-		}
-		fd, err := openBeneath(dirFd, name, unix.O_PATH, 0)
-		if err == nil {
-			err = d.fs.newOwner(fd, &req.Header, perm, dirSt)
-			if err == nil {
-				err = fstat(fd, &st)
-			}
-			closeFd(fd)
-		}
-		if err != nil {
-			_ = unix.Unlinkat(dirFd, name, 0)
-		}
-		return err
+	return d.makeEntry("mknod", req.Name, &req.Header, perm, unix.O_PATH, 0, func(dirFd int) error {
+		return unix.Mknodat(dirFd, req.Name, unixType(req.Mode)|perm&0o7777, int(req.Rdev))
 	})
-	if err != nil {
-		return nil, d.fs.fail("mknod", d.childPath(name), err)
-	}
-	return d.fs.nodeForNew(&st, d, name, true), nil
 }
 
 // Symlink creates a symbolic link. Its target is stored as given and never
 // followed by lockfs.
 func (d *Dir) Symlink(ctx context.Context, req *fuse.SymlinkRequest) (fusefs.Node, error) {
-	name := req.NewName
+	return d.makeEntry("symlink", req.NewName, &req.Header, 0o777, unix.O_PATH, 0, func(dirFd int) error {
+		return unix.Symlinkat(req.Target, dirFd, req.NewName)
+	})
+}
+
+// makeEntry creates name in d with mk, gives it to the requesting user
+// (newOwner) and reads its attributes; if anything after mk fails, the new
+// entry is removed again (unlinkat with rmFlags). Reserved names are
+// refused with EEXIST.
+func (d *Dir) makeEntry(op, name string, hdr *fuse.Header, perm uint32, openFlags, rmFlags int, mk func(dirFd int) error) (fusefs.Node, error) {
 	if isReserved(name) {
-		return nil, d.fs.refuse("symlink", d.childPath(name), syscall.EEXIST, "reserved name")
+		return nil, d.fs.refuse(op, d.childPath(name), syscall.EEXIST, "reserved name")
 	}
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
 	var st inodeStat
 	err := d.at(func(dirFd int, dirSt *inodeStat) error {
-		if err := unix.Symlinkat(req.Target, dirFd, name); err != nil {
+		if err := mk(dirFd); err != nil {
 			return err
 		}
-		fd, err := openBeneath(dirFd, name, unix.O_PATH, 0)
+		fd, err := openBeneath(dirFd, name, openFlags, 0)
 		if err == nil {
-			err = d.fs.newOwner(fd, &req.Header, 0o777, dirSt)
+			err = d.fs.newOwner(fd, hdr, perm, dirSt)
 			if err == nil {
 				err = fstat(fd, &st)
 			}
 			closeFd(fd)
 		}
 		if err != nil {
-			_ = unix.Unlinkat(dirFd, name, 0)
+			_ = unix.Unlinkat(dirFd, name, rmFlags)
 		}
 		return err
 	})
 	if err != nil {
-		return nil, d.fs.fail("symlink", d.childPath(name), err)
+		return nil, d.fs.fail(op, d.childPath(name), err)
 	}
 	return d.fs.nodeForNew(&st, d, name, true), nil
 }
