@@ -270,7 +270,9 @@ func newFakeProcTree(t *testing.T, procs ...fakeProc) (*ProcTree, string) {
 	for _, p := range procs {
 		p.write(t, root)
 	}
-	tree, err := NewProcTree(ProcTreeConfig{ProcRoot: root, CacheSize: 16})
+	// Every call reads the thread's start time: these tests are about
+	// that validation.
+	tree, err := NewProcTree(ProcTreeConfig{ProcRoot: root, CacheSize: 16, RecheckAfter: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +473,7 @@ func TestProcTreeConfig(t *testing.T) {
 		t.Errorf("NewProcTree(missing root) error %v, want os.ErrNotExist", err)
 	}
 	got := ProcTreeConfig{}.withDefaults()
-	if want := (ProcTreeConfig{ProcRoot: "/proc", CacheSize: 4096}); got != want {
+	if want := (ProcTreeConfig{ProcRoot: "/proc", CacheSize: 4096, RecheckAfter: 50 * time.Millisecond}); got != want {
 		t.Errorf("defaults = %+v, want %+v", got, want)
 	}
 }
@@ -489,5 +491,38 @@ func BenchmarkLineageCached(b *testing.B) {
 		if _, err := tree.Lineage(tid); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestProcTreeRecheckWindow: within RecheckAfter a cached thread is trusted
+// without reading /proc; after it, a reused thread id is noticed. The
+// control is the read after the window, which sees the change.
+func TestProcTreeRecheckWindow(t *testing.T) {
+	app := fakeProc{tid: 100, ppid: 50, comm: "app", start: 500}
+	root := t.TempDir()
+	for _, p := range []fakeProc{fakeInit, fakeShell, app} {
+		p.write(t, root)
+	}
+	tree, err := NewProcTree(ProcTreeConfig{ProcRoot: root, RecheckAfter: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := tree.Lineage(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// tid 100 is reused by a process of another parent.
+	reused := fakeProc{tid: 100, ppid: 1, comm: "other", start: 900}
+	reused.write(t, root)
+	if l, err := tree.Lineage(100); err != nil || !slices.Equal(l, first) {
+		t.Fatalf("within the window: %v, %v; want the cached %v", l, err, first)
+	}
+	time.Sleep(250 * time.Millisecond)
+	l, err := tree.Lineage(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Lineage{{100, 900}, {1, 1}}); !slices.Equal(l, want) {
+		t.Fatalf("after the window: %v, want %v", l, want)
 	}
 }
