@@ -122,7 +122,11 @@ func TestProcTreeLineageOfOtherThread(t *testing.T) {
 }
 
 func TestProcTreeChildProcess(t *testing.T) {
-	tree := newRealProcTree(t)
+	// Read /proc on every call: this test is about a thread that is gone.
+	tree, err := NewProcTree(ProcTreeConfig{RecheckAfter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command("sh", "-c", "sleep 30")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
