@@ -30,6 +30,9 @@ type Config struct {
 	Logger logrus.FieldLogger
 	// Host names this daemon in status output; default: the hostname.
 	Host string
+	// ObserveOp, if set, is told how long each FUSE request took to
+	// answer, by operation ("lookup", "lockwait"...), for metrics.
+	ObserveOp func(op string, took time.Duration)
 }
 
 // Reserved names. The control files appear in every directory; the backing

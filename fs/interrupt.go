@@ -2,6 +2,8 @@ package fs
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -174,7 +176,29 @@ func (t *interruptTracker) counts() (active, pending int) {
 // ServerConfig returns the bazil server configuration this file system
 // needs: pass it to fusefs.New. It installs the interrupt tracker.
 func (f *FS) ServerConfig() *fusefs.Config {
-	return &fusefs.Config{WithContext: f.control().interrupts.withContext}
+	track := f.control().interrupts.withContext
+	observe := f.cfg.ObserveOp
+	if observe == nil {
+		return &fusefs.Config{WithContext: track}
+	}
+	return &fusefs.Config{WithContext: func(ctx context.Context, req fuse.Request) context.Context {
+		// bazil cancels ctx when the request has been answered: time it
+		// from here to there.
+		if _, ok := req.(*fuse.InterruptRequest); !ok {
+			start := time.Now()
+			op := opName(req)
+			context.AfterFunc(ctx, func() { observe(op, time.Since(start)) })
+		}
+		return track(ctx, req)
+	}}
+}
+
+// opName names a request's operation for metrics: "*fuse.LookupRequest"
+// is "lookup".
+func opName(req fuse.Request) string {
+	name := fmt.Sprintf("%T", req)
+	name = strings.TrimPrefix(name, "*fuse.")
+	return strings.ToLower(strings.TrimSuffix(name, "Request"))
 }
 
 // Serve serves the FUSE connection conn with f until the kernel ends it

@@ -202,6 +202,11 @@ except OSError as e:
 			t.Errorf("metrics lack %s", want)
 		}
 	}
+	for _, op := range []string{"lookup", "open", "lockwait", "lock"} {
+		if !strings.Contains(string(body), `lockfs_fuse_op_seconds_count{op="`+op+`"}`) {
+			t.Errorf("metrics lack FUSE latency for %s", op)
+		}
+	}
 
 	// A non-root user may not break locks (the control for the break below).
 	if r := run(t, 10*time.Second, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", lockfsBin, "break", m.path("a")); r.code == 0 {

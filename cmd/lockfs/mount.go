@@ -205,7 +205,7 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 		return nil, err
 	}
 	undo = append(undo, func() { engine.Close() })
-	f, err := fs.New(fs.Config{Source: paths.source, Engine: engine, Logger: log, Host: host})
+	f, err := fs.New(fs.Config{Source: paths.source, Engine: engine, Logger: log, Host: host, ObserveOp: m.FUSEOp})
 	if err != nil {
 		return nil, err
 	}
