@@ -28,30 +28,6 @@ import (
 // small Python program (ctlPy) that makes the exact calls a test needs and
 // reports each errno.
 
-// ctlRequireFUSE skips the test when FUSE cannot be used here, and fails it
-// instead in CI, where it must work.
-func ctlRequireFUSE(t *testing.T) {
-	t.Helper()
-	err := func() error {
-		f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
-		if err != nil {
-			return err
-		}
-		f.Close()
-		_, err = exec.LookPath("fusermount3")
-		return err
-	}()
-	if err == nil {
-		_, err = exec.LookPath("flock")
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("FUSE is unavailable: %v", err)
-		}
-		t.Skipf("FUSE is unavailable: %v", err)
-	}
-}
-
 // ctlMount is a mounted lockfs for one test.
 type ctlMount struct {
 	t   *testing.T
@@ -80,7 +56,7 @@ func newCtlMount(t *testing.T) *ctlMount {
 // that config returns; nil means ServerConfig.
 func newCtlMountConfig(t *testing.T, config func(*FS) *fusefs.Config) *ctlMount {
 	t.Helper()
-	ctlRequireFUSE(t)
+	ptRequireFUSE(t, "flock")
 	src, dir := t.TempDir(), t.TempDir()
 	// Let the processes run as nobody reach both.
 	for _, d := range []string{src, filepath.Dir(src)} {

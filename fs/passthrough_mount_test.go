@@ -57,9 +57,9 @@ func (w ptLogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// ptRequireFUSE skips the test when FUSE is unusable here, and fails it in
-// CI, where it must work.
-func ptRequireFUSE(t testing.TB) {
+// ptRequireFUSE skips the test when FUSE, or one of the named tools, is
+// unusable here, and fails it in CI, where it must work.
+func ptRequireFUSE(t testing.TB, tools ...string) {
 	t.Helper()
 	err := func() error {
 		f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
@@ -67,8 +67,12 @@ func ptRequireFUSE(t testing.TB) {
 			return err
 		}
 		f.Close()
-		_, err = exec.LookPath("fusermount3")
-		return err
+		for _, tool := range append([]string{"fusermount3"}, tools...) {
+			if _, err := exec.LookPath(tool); err != nil {
+				return err
+			}
+		}
+		return nil
 	}()
 	if err != nil {
 		if os.Getenv("CI") == "true" {
