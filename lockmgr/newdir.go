@@ -20,10 +20,7 @@ func (e *Engine) AdoptNewDir(ctx context.Context, parent, name string, tid int) 
 	if err != nil {
 		return false, fmt.Errorf("adopt new dir: %v: %w", err, ErrInvalid)
 	}
-	child := LockID{Path: path.Join(parent, name), Kind: KindDir}
-	if parent == "." {
-		child.Path = name
-	}
+	child := LockID{Path: path.Join(parent, name), Kind: KindDir} // path.Join(".", n) is n
 	nd := LockID{Path: parent, Kind: KindNewDir}
 	e.mu.Lock()
 	ls := e.locks[nd]
