@@ -149,21 +149,6 @@ func isClean(p string) bool {
 	return true
 }
 
-// Ancestors returns the proper ancestors of a clean directory path, root
-// first: Ancestors("a/b/c") is [".", "a", "a/b"]; Ancestors(".") is empty.
-func Ancestors(p string) []string {
-	if p == "." || p == "" {
-		return nil
-	}
-	out := []string{"."}
-	for i := 0; i < len(p); i++ {
-		if p[i] == '/' {
-			out = append(out, p[:i])
-		}
-	}
-	return out
-}
-
 // Owner identifies who holds a lock in the kernel's sense. Holds of one owner
 // never conflict with each other: a second request by the same owner is a
 // conversion. The caller chooses the ID space per class.
