@@ -45,6 +45,9 @@ type Backend struct {
 	closed bool
 	// leases are the claims held and not yet released. GUARDED_BY(mu)
 	leases map[*lease]struct{}
+	// idle are released claims' unlocked descriptors, kept briefly for
+	// reuse (idle.go). GUARDED_BY(mu)
+	idle idleSet
 	// inflight counts calls in progress. Add only under mu while !closed.
 	inflight sync.WaitGroup
 }
@@ -164,17 +167,16 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mod
 	if err != nil {
 		return nil, err
 	}
-	var (
-		f        *os.File
-		writable bool
-	)
-	err = fdDo(b.src, func(srcFD int) error {
-		var err error
-		f, writable, err = openBacking(srcFD, rel)
-		return err
-	})
-	if err != nil {
-		return nil, err
+	f, writable, reused := b.takeIdle(rel)
+	if !reused {
+		err = fdDo(b.src, func(srcFD int) error {
+			var err error
+			f, writable, err = openBacking(srcFD, rel)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	err = fdDo(f, func(fd int) error { return flockNB(fd, how) })
 	switch {
@@ -191,7 +193,7 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mod
 			return nil, err
 		}
 	}
-	return newLease(b, id, f, mode, writable), nil
+	return newLease(b, id, rel, f, mode, writable), nil
 }
 
 // flockOp maps a mode to its flock(2) operation.
@@ -238,7 +240,9 @@ func (b *Backend) Close() error {
 		leases = append(leases, l)
 	}
 	clear(b.leases)
+	idle := b.idle.drain()
 	b.mu.Unlock()
+	closeAll(idle)
 
 	for _, l := range leases {
 		b.log.WithField("lock", l.id.String()).WithField("mode", l.Mode().String()).

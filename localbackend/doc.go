@@ -28,7 +28,10 @@
 // # Claims
 //
 // Each claim is one open file description (one descriptor) holding
-// LOCK_SH (shared) or LOCK_EX (exclusive). Releasing the claim closes it.
+// LOCK_SH (shared) or LOCK_EX (exclusive). Releasing the claim unlocks it
+// (LOCK_UN) at once; the unlocked descriptor is kept for up to 20 ms so
+// that the next claim of the same file can flock it again without resolving
+// the path anew (idle.go), and is never reused if the file was removed.
 // A daemon that dies loses all its descriptors, so the kernel releases its
 // claims at once; claims are never lost otherwise, which is why
 // Lease.Done returns nil while a lease is held.

@@ -22,6 +22,7 @@ type lease struct {
 
 	// Constant data
 	id       lockmgr.LockID
+	rel      string   // the backing file, relative to SOURCE
 	file     *os.File // the open file description holding the flock
 	writable bool     // file is open read-write, so NextToken can work
 
@@ -43,8 +44,8 @@ type lease struct {
 	tokenBusy atomic.Bool
 }
 
-func newLease(b *Backend, id lockmgr.LockID, f *os.File, mode lockmgr.Mode, writable bool) *lease {
-	return &lease{b: b, id: id, file: f, writable: writable, mode: mode}
+func newLease(b *Backend, id lockmgr.LockID, rel string, f *os.File, mode lockmgr.Mode, writable bool) *lease {
+	return &lease{b: b, id: id, rel: rel, file: f, writable: writable, mode: mode}
 }
 
 // Mode returns the mode the flock is held in, or 0 once the lease was lost
@@ -176,11 +177,24 @@ func (l *lease) tryUpgrade() (bool, error) {
 // dropped the shared lock and before it is re-taken.
 var testHookUpgradeGap func()
 
-// Release closes the descriptor, which releases the flock. It returns nil,
-// also on a lost lease or a second call, and after Backend.Close released it.
+// Release unlocks the descriptor and keeps it briefly for the next claim of
+// the same file (idle.go); a lost lease's descriptor is closed. It returns
+// nil, also on a lost lease or a second call, and after Backend.Close
+// released it.
 func (l *lease) Release(ctx context.Context) error {
 	l.b.forget(l)
-	l.closeFile()
+	l.mu.Lock()
+	done, lost := l.released, l.lostErr != nil
+	l.released = true
+	l.mode = 0
+	l.mu.Unlock()
+	switch {
+	case done:
+	case lost:
+		l.file.Close()
+	default:
+		l.b.putIdle(l.rel, l.file, l.writable)
+	}
 	return nil
 }
 

@@ -125,9 +125,14 @@ func bumpToken(fd int, sync bool) (uint64, error) {
 		return 0, fmt.Errorf("write: %w", err)
 	}
 	// The new text ends with a newline, so a crash between the write and
-	// the truncation still leaves the new value as the first line.
-	if err := ignoringEINTR(func() error { return unix.Ftruncate(fd, int64(len(out))) }); err != nil {
-		return 0, fmt.Errorf("truncate: %w", err)
+	// the truncation still leaves the new value as the first line. The
+	// truncation is needed only when the file was longer than the new text
+	// (a counter only grows, so that is rare, and ftruncate(2) costs a
+	// journalled metadata update on every call otherwise).
+	if n > len(out) {
+		if err := ignoringEINTR(func() error { return unix.Ftruncate(fd, int64(len(out))) }); err != nil {
+			return 0, fmt.Errorf("truncate: %w", err)
+		}
 	}
 	if sync {
 		if err := ignoringEINTR(func() error { return unix.Fdatasync(fd) }); err != nil {

@@ -1,0 +1,140 @@
+package localbackend
+
+import (
+	"container/list"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Idle descriptors: a released claim's open file description is unlocked
+// (LOCK_UN) at once, and kept for a short while so that the next claim of
+// the same backing file can flock it again instead of resolving the path
+// and opening the file anew. Taking a lock at depth 4 claims five backing
+// files (four shared ancestors and the lock itself); a program that locks
+// and unlocks in a loop reclaims all five every time.
+//
+// Reuse is no weaker than a fresh open: the descriptor holds no lock while
+// idle, it is reused only within idleReuse of its release (as if it had been
+// opened that much earlier), and only if the file still has its one link
+// (a backing file removed by rmdir, or directly in SOURCE, is never
+// reused). Expired descriptors are closed at the next claim or release, so
+// no goroutine or timer is needed; at most idleMax stay open.
+const (
+	idleReuse = 20 * time.Millisecond
+	idleMax   = 256
+)
+
+// idleFile is one unlocked descriptor of a released claim.
+type idleFile struct {
+	rel      string
+	file     *os.File
+	writable bool
+	since    time.Time // when it was released
+}
+
+// idleSet is the set of idle descriptors, oldest first. It is guarded by
+// Backend.mu.
+type idleSet struct {
+	byRel map[string]*list.Element // of *idleFile
+	order list.List                // of *idleFile, oldest at the front
+}
+
+// take removes and returns rel's idle descriptor, if any, and appends to
+// expired the ones too old to keep; the caller closes those after
+// unlocking. Caller holds Backend.mu.
+func (s *idleSet) take(rel string, now time.Time, expired []*os.File) (*idleFile, []*os.File) {
+	expired = s.expire(now, expired)
+	e, ok := s.byRel[rel]
+	if !ok {
+		return nil, expired
+	}
+	delete(s.byRel, rel)
+	return s.order.Remove(e).(*idleFile), expired
+}
+
+// put adds an idle descriptor, replacing one of the same file, and appends
+// the ones it displaces or that expired to expired. Caller holds
+// Backend.mu.
+func (s *idleSet) put(f *idleFile, expired []*os.File) []*os.File {
+	if s.byRel == nil {
+		s.byRel = make(map[string]*list.Element)
+	}
+	if e, ok := s.byRel[f.rel]; ok {
+		expired = append(expired, s.order.Remove(e).(*idleFile).file)
+	}
+	s.byRel[f.rel] = s.order.PushBack(f)
+	return s.expire(f.since, expired)
+}
+
+// expire drops the descriptors released more than idleReuse before now,
+// and the oldest ones beyond idleMax. Caller holds Backend.mu.
+func (s *idleSet) expire(now time.Time, expired []*os.File) []*os.File {
+	for e := s.order.Front(); e != nil; e = s.order.Front() {
+		f := e.Value.(*idleFile)
+		if s.order.Len() <= idleMax && now.Sub(f.since) <= idleReuse {
+			break
+		}
+		s.order.Remove(e)
+		delete(s.byRel, f.rel)
+		expired = append(expired, f.file)
+	}
+	return expired
+}
+
+// drain removes every idle descriptor and returns them for closing.
+// Caller holds Backend.mu.
+func (s *idleSet) drain() []*os.File {
+	var all []*os.File
+	for e := s.order.Front(); e != nil; e = e.Next() {
+		all = append(all, e.Value.(*idleFile).file)
+	}
+	s.order.Init()
+	clear(s.byRel)
+	return all
+}
+
+// takeIdle returns rel's idle descriptor if there is one fit for reuse: the
+// backend is open, it was released within idleReuse, and the file is still a
+// regular file with one link. It closes the expired ones.
+func (b *Backend) takeIdle(rel string) (*os.File, bool, bool) {
+	b.mu.Lock()
+	f, expired := b.idle.take(rel, time.Now(), nil)
+	b.mu.Unlock()
+	closeAll(expired)
+	if f == nil {
+		return nil, false, false
+	}
+	var st unix.Stat_t
+	err := fdDo(f.file, func(fd int) error { return unix.Fstat(fd, &st) })
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
+		f.file.Close()
+		return nil, false, false
+	}
+	return f.file, f.writable, true
+}
+
+// putIdle unlocks a released claim's descriptor and keeps it for reuse; if
+// unlocking fails or the backend is closed, it closes it instead.
+func (b *Backend) putIdle(rel string, file *os.File, writable bool) {
+	if err := fdDo(file, func(fd int) error { return flockNB(fd, unix.LOCK_UN) }); err != nil {
+		file.Close()
+		return
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		file.Close()
+		return
+	}
+	expired := b.idle.put(&idleFile{rel: rel, file: file, writable: writable, since: time.Now()}, nil)
+	b.mu.Unlock()
+	closeAll(expired)
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
