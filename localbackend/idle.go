@@ -115,14 +115,17 @@ func (b *Backend) takeIdle(rel string) (*os.File, bool, bool) {
 	return f.file, f.writable, true
 }
 
-// putIdle unlocks a released claim's descriptor and keeps it for reuse; if
-// unlocking fails or the backend is closed, it closes it instead.
-func (b *Backend) putIdle(rel string, file *os.File, writable bool) {
+// putIdle forgets the released lease l, unlocks its descriptor and keeps it
+// for reuse; if unlocking fails or the backend is closed, it closes it
+// instead.
+func (b *Backend) putIdle(l *lease, rel string, file *os.File, writable bool) {
 	if err := fdDo(file, func(fd int) error { return flockNB(fd, unix.LOCK_UN) }); err != nil {
+		b.forget(l)
 		file.Close()
 		return
 	}
 	b.mu.Lock()
+	delete(b.leases, l)
 	if b.closed {
 		b.mu.Unlock()
 		file.Close()

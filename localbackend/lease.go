@@ -182,7 +182,6 @@ var testHookUpgradeGap func()
 // nil, also on a lost lease or a second call, and after Backend.Close
 // released it.
 func (l *lease) Release(ctx context.Context) error {
-	l.b.forget(l)
 	l.mu.Lock()
 	done, lost := l.released, l.lostErr != nil
 	l.released = true
@@ -190,10 +189,12 @@ func (l *lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	switch {
 	case done:
+		l.b.forget(l)
 	case lost:
+		l.b.forget(l)
 		l.file.Close()
 	default:
-		l.b.putIdle(l.rel, l.file, l.writable)
+		l.b.putIdle(l, l.rel, l.file, l.writable)
 	}
 	return nil
 }

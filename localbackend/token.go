@@ -30,6 +30,10 @@ import (
 // busy, never with F_OFD_SETLKW, so that a stuck holder (any program taking
 // an fcntl lock on the backing file) cannot trap a thread in an
 // uncancellable wait: NextToken honours ctx.
+//
+// An exclusive claim skips the OFD lock: while it holds LOCK_EX nobody else
+// holds a claim on the file, and only claim holders touch the counter.
+// Calls on the one lease still exclude each other (tokenBusy).
 
 // tokenReadMax bounds the first line: 20 digits of a uint64, CR, LF.
 const tokenReadMax = 22
@@ -43,7 +47,7 @@ func (l *lease) NextToken(ctx context.Context) (uint64, error) {
 	defer l.b.inflight.Done()
 
 	l.mu.Lock()
-	lostErr, released := l.lostErr, l.released
+	lostErr, released, exclusive := l.lostErr, l.released, l.mode == lockmgr.Exclusive
 	l.mu.Unlock()
 	switch {
 	case lostErr != nil:
@@ -65,6 +69,12 @@ func (l *lease) NextToken(ctx context.Context) (uint64, error) {
 				return nil // another call on this lease: poll
 			}
 			defer l.tokenBusy.Store(false)
+			if exclusive {
+				locked = true
+				var err error
+				tok, err = bumpToken(fd, l.b.syncToken)
+				return err
+			}
 			err := ofdLock(fd, unix.F_WRLCK)
 			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
 				return nil // busy: poll

@@ -158,10 +158,13 @@ func TestTokensUniqueUnderConcurrency(t *testing.T) {
 // deadline), and proceeds once it is released. The claim's flock does not
 // interfere: this description holds no flock at all, and the lease's flock
 // does not stop the test from taking the OFD lock.
+// A shared claim's holders may bump the counter together, from several
+// daemons: the OFD lock orders them. (An exclusive claim has no one to be
+// ordered with and does not take it.)
 func TestTokenWaitsForOFDLock(t *testing.T) {
 	src := newSource(t)
 	b := newBackend(t, src)
-	l := mustClaim(t, b, dirID("."), lockmgr.Exclusive)
+	l := mustClaim(t, b, dirID("."), lockmgr.Shared)
 
 	f, err := os.OpenFile(filepath.Join(src, "..LOCK"), os.O_RDWR, 0)
 	if err != nil {
