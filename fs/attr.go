@@ -8,11 +8,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// stat returns the backing inode's attributes.
+// stat returns the backing inode's attributes: from an open handle's
+// descriptor if there is one (exact even for an unlinked file), else from
+// the check openByName makes of the inode it finds by name.
 func (n *node) stat() (inodeStat, error) {
 	var st inodeStat
-	err := n.withFd(false, func(fd int) error { return fstat(fd, &st) })
-	return st, err
+	if fd := n.dupOpen(false); fd >= 0 {
+		err := fstat(fd, &st)
+		closeFd(fd)
+		return st, err
+	}
+	fd, err := n.openByName(unix.O_PATH, &st)
+	if err != nil {
+		return st, err
+	}
+	closeFd(fd)
+	return st, nil
 }
 
 // Attr fills a with the backing inode's attributes.
@@ -107,7 +118,8 @@ func (n *node) Fsync(ctx context.Context, req *fuse.FsyncRequest) error {
 			flags |= unix.O_DIRECTORY
 		}
 		var err error
-		if fd, err = n.openByName(flags); err != nil {
+		var st inodeStat
+		if fd, err = n.openByName(flags, &st); err != nil {
 			return n.fs.fail("fsync", n.path(), err)
 		}
 	}

@@ -224,10 +224,7 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 		closeFd(fd)
 		return nil, nil, d.fs.fail("create", d.childPath(name), syscall.EIO)
 	}
-	h, err := f.newHandle(fd)
-	if err != nil {
-		return nil, nil, d.fs.fail("create", d.childPath(name), err)
-	}
+	h := f.newHandle(fd, &st)
 	resp.EntryValid = entryValid
 	return f, h, nil
 }

@@ -45,15 +45,12 @@ func (d *Dir) childPath(name string) string {
 // at calls fn with an O_PATH descriptor of d and d's attributes, for an
 // operation on a name in d.
 func (d *Dir) at(fn func(dirFd int, dirSt *inodeStat) error) error {
-	fd, err := d.openByName(unix.O_PATH | unix.O_DIRECTORY)
+	var st inodeStat
+	fd, err := d.openByName(unix.O_PATH|unix.O_DIRECTORY, &st)
 	if err != nil {
 		return err
 	}
 	defer closeFd(fd)
-	var st inodeStat
-	if err := fstat(fd, &st); err != nil {
-		return err
-	}
 	return fn(fd, &st)
 }
 
@@ -84,7 +81,8 @@ func (d *Dir) Lookup(ctx context.Context, req *fuse.LookupRequest, resp *fuse.Lo
 
 // Open opens the directory for reading its entries.
 func (d *Dir) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenResponse) (fusefs.Handle, error) {
-	fd, err := d.openByName(unix.O_RDONLY | unix.O_DIRECTORY)
+	var st inodeStat
+	fd, err := d.openByName(unix.O_RDONLY|unix.O_DIRECTORY, &st)
 	if err != nil {
 		// Removed, but still open elsewhere: a new open file description
 		// of the same directory (its own offset).

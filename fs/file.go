@@ -61,7 +61,8 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 		return nil, n.fs.fail("open", n.path(), syscall.EINVAL)
 	}
 	flags := backingOpenFlags(req.Flags) | unix.O_NONBLOCK
-	fd, err := n.openByName(flags)
+	var st inodeStat
+	fd, err := n.openByName(flags, &st)
 	if err != nil {
 		dup := n.dupOpen(false)
 		if dup < 0 {
@@ -69,6 +70,11 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 		}
 		fd, err = reopen(dup, flags)
 		closeFd(dup)
+		if err == nil {
+			if err = fstat(fd, &st); err != nil {
+				closeFd(fd)
+			}
+		}
 		if err != nil {
 			return nil, n.fs.fail("open", n.path(), err)
 		}
@@ -77,24 +83,15 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 		closeFd(fd)
 		return nil, n.fs.fail("open", n.path(), err)
 	}
-	h, err := n.newHandle(fd)
-	if err != nil {
-		return nil, n.fs.fail("open", n.path(), err)
-	}
-	return h, nil
+	return n.newHandle(fd, &st), nil
 }
 
 // newHandle wraps a backing descriptor of a regular file as an open handle
-// of n. On error it closes fd.
-func (n *File) newHandle(fd int) (*fileHandle, error) {
-	var st inodeStat
-	if err := fstat(fd, &st); err != nil {
-		closeFd(fd)
-		return nil, err
-	}
-	h := &fileHandle{n: n, key: keyOf(&st), of: &openFile{fd: fd}}
+// of n; st is the inode's attributes, taken from fd.
+func (n *File) newHandle(fd int, st *inodeStat) *fileHandle {
+	h := &fileHandle{n: n, key: keyOf(st), of: &openFile{fd: fd}}
 	n.addOpen(h.of)
-	return h, nil
+	return h
 }
 
 // Readlink returns a symlink's target.

@@ -288,9 +288,10 @@ func (n *node) dupOpen(write bool) int {
 }
 
 // openByName opens n's inode by one of its names with flags (O_PATH for
-// inode operations), checking that the name still leads to n. With no name
-// left it fails with staleErr.
-func (n *node) openByName(flags int) (int, error) {
+// inode operations), checking that the name still leads to n, and fills st
+// with the attributes it checked (the inode's, as of the open). With no
+// name left it fails with staleErr.
+func (n *node) openByName(flags int, st *inodeStat) (int, error) {
 	for _, p := range n.paths() {
 		fd, err := openBeneath(n.fs.rootFd, p, flags, 0)
 		if err != nil {
@@ -305,12 +306,11 @@ func (n *node) openByName(flags int) (int, error) {
 			}
 			return -1, err
 		}
-		var st inodeStat
-		if err := fstat(fd, &st); err != nil {
+		if err := fstat(fd, st); err != nil {
 			closeFd(fd)
 			return -1, err
 		}
-		if keyOf(&st) == n.key {
+		if keyOf(st) == n.key {
 			return fd, nil
 		}
 		closeFd(fd)
@@ -325,7 +325,8 @@ func (n *node) withFd(write bool, fn func(fd int) error) error {
 	fd := n.dupOpen(write)
 	if fd < 0 {
 		var err error
-		fd, err = n.openByName(unix.O_PATH)
+		var st inodeStat
+		fd, err = n.openByName(unix.O_PATH, &st)
 		if err != nil {
 			return err
 		}
