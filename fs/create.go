@@ -15,10 +15,10 @@ import (
 // (the daemon's own umask must not apply; the kernel already applied the
 // caller's). In a setgid directory the file keeps the directory's group,
 // and a new directory keeps the setgid bit, as the backing file system set
-// them. fd is a descriptor of the new inode.
-func (f *FS) newOwner(fd int, hdr *fuse.Header, perm uint32, dirSt *inodeStat) error {
-	var st inodeStat
-	if err := fstat(fd, &st); err != nil {
+// them. fd is a descriptor of the new inode; st receives its attributes
+// once they are final (it is read again only after a change).
+func (f *FS) newOwner(fd int, hdr *fuse.Header, perm uint32, dirSt, st *inodeStat) error {
+	if err := fstat(fd, st); err != nil {
 		return err
 	}
 	setgidDir := dirSt.Mode&unix.S_ISGID != 0
@@ -31,6 +31,10 @@ func (f *FS) newOwner(fd int, hdr *fuse.Header, perm uint32, dirSt *inodeStat) e
 			if err := unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				return err
 			}
+			// chown may clear the setuid and setgid bits.
+			if err := fstat(fd, st); err != nil {
+				return err
+			}
 		}
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
@@ -40,13 +44,13 @@ func (f *FS) newOwner(fd int, hdr *fuse.Header, perm uint32, dirSt *inodeStat) e
 	if setgidDir && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		want |= unix.S_ISGID
 	}
-	if err := fstat(fd, &st); err != nil {
+	if st.Mode&0o7777 == want {
+		return nil
+	}
+	if err := unix.Chmod(procFdPath(fd), want); err != nil {
 		return err
 	}
-	if st.Mode&0o7777 != want {
-		return unix.Chmod(procFdPath(fd), want)
-	}
-	return nil
+	return fstat(fd, st)
 }
 
 // Mkdir creates a directory.
@@ -116,10 +120,7 @@ func (d *Dir) makeEntry(op, name string, hdr *fuse.Header, perm uint32, openFlag
 		}
 		fd, err := openBeneath(dirFd, name, openFlags, 0)
 		if err == nil {
-			err = d.fs.newOwner(fd, hdr, perm, dirSt)
-			if err == nil {
-				err = fstat(fd, &st)
-			}
+			err = d.fs.newOwner(fd, hdr, perm, dirSt, &st)
 			closeFd(fd)
 		}
 		if err != nil {
@@ -172,9 +173,11 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 	err := d.at(func(dirFd int, dirSt *inodeStat) error {
 		for attempt := 0; ; attempt++ {
 			var err error
-			fd, err = unix.Openat(dirFd, name, flags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, perm&0o7777)
+			// No O_NONBLOCK guard (unless asked for): an exclusive
+			// create opens only the regular file it creates.
+			fd, err = unix.Openat(dirFd, name, flags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm&0o7777)
 			if err == nil {
-				if err = d.fs.newOwner(fd, &req.Header, perm, dirSt); err != nil {
+				if err = d.fs.newOwner(fd, &req.Header, perm, dirSt, &st); err != nil {
 					closeFd(fd)
 					fd = -1
 					_ = unix.Unlinkat(dirFd, name, 0)
@@ -199,6 +202,9 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 				return err
 			}
 		}
+		if created {
+			return nil // st is the new file's, from newOwner
+		}
 		if err := fstat(fd, &st); err != nil {
 			closeFd(fd)
 			fd = -1
@@ -209,13 +215,14 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 			fd = -1
 			return syscall.ESTALE
 		}
+		if err := clearNonblock(fd, flags); err != nil {
+			closeFd(fd)
+			fd = -1
+			return err
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, nil, d.fs.fail("create", d.childPath(name), err)
-	}
-	if err := clearNonblock(fd, req.Flags); err != nil {
-		closeFd(fd)
 		return nil, nil, d.fs.fail("create", d.childPath(name), err)
 	}
 	n := d.fs.nodeForNew(&st, d, name, created)
