@@ -13,9 +13,9 @@ import (
 // the check openByName makes of the inode it finds by name.
 func (n *node) stat() (inodeStat, error) {
 	var st inodeStat
-	if fd := n.dupOpen(false); fd >= 0 {
-		err := fstat(fd, &st)
-		closeFd(fd)
+	if of := n.borrowOpen(false); of != nil {
+		err := fstat(of.fd, &st)
+		n.returnOpen(of)
 		return st, err
 	}
 	fd, err := n.openByName(unix.O_PATH, &st)
@@ -111,8 +111,11 @@ func truncateFd(fd int, size int64) error {
 // Fsync flushes the inode to stable storage. fsync(2) acts on the inode,
 // so any descriptor of it does.
 func (n *node) Fsync(ctx context.Context, req *fuse.FsyncRequest) error {
-	fd := n.dupOpen(false)
-	if fd < 0 {
+	var fd int
+	if of := n.borrowOpen(false); of != nil {
+		fd = of.fd
+		defer n.returnOpen(of)
+	} else {
 		flags := unix.O_RDONLY | unix.O_NONBLOCK
 		if n.ftype == unix.S_IFDIR {
 			flags |= unix.O_DIRECTORY
@@ -122,8 +125,8 @@ func (n *node) Fsync(ctx context.Context, req *fuse.FsyncRequest) error {
 		if fd, err = n.openByName(flags, &st); err != nil {
 			return n.fs.fail("fsync", n.path(), err)
 		}
+		defer closeFd(fd)
 	}
-	defer closeFd(fd)
 	var err error
 	if req.Flags&1 != 0 {
 		err = unix.Fdatasync(fd)

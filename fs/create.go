@@ -231,7 +231,7 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 		closeFd(fd)
 		return nil, nil, d.fs.fail("create", d.childPath(name), syscall.EIO)
 	}
-	h := f.newHandle(fd, &st)
+	h := f.newHandle(fd, flags, &st)
 	resp.EntryValid = entryValid
 	return f, h, nil
 }

@@ -86,12 +86,12 @@ func (d *Dir) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenRe
 	if err != nil {
 		// Removed, but still open elsewhere: a new open file description
 		// of the same directory (its own offset).
-		dup := d.dupOpen(false)
-		if dup < 0 {
+		of := d.borrowOpen(false)
+		if of == nil {
 			return nil, d.fs.fail("opendir", d.path(), err)
 		}
-		fd, err = reopen(dup, unix.O_RDONLY|unix.O_DIRECTORY)
-		closeFd(dup)
+		fd, err = reopen(of.fd, unix.O_RDONLY|unix.O_DIRECTORY)
+		d.returnOpen(of)
 		if err != nil {
 			return nil, d.fs.fail("opendir", d.path(), err)
 		}
@@ -181,7 +181,6 @@ func appendDirents(out []fuse.Dirent, buf []byte) []fuse.Dirent {
 
 // Release closes the directory.
 func (h *dirHandle) Release(ctx context.Context, req *fuse.ReleaseRequest) error {
-	h.d.removeOpen(h.of)
-	closeFd(h.of.fd)
+	h.d.releaseOpen(h.of)
 	return nil
 }

@@ -66,12 +66,12 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 	var st inodeStat
 	fd, err := n.openByName(flags, &st)
 	if err != nil {
-		dup := n.dupOpen(false)
-		if dup < 0 {
+		of := n.borrowOpen(false)
+		if of == nil {
 			return nil, n.fs.fail("open", n.path(), err)
 		}
-		fd, err = reopen(dup, flags)
-		closeFd(dup)
+		fd, err = reopen(of.fd, flags)
+		n.returnOpen(of)
 		if err == nil {
 			if err = fstat(fd, &st); err != nil {
 				closeFd(fd)
@@ -85,13 +85,14 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 		closeFd(fd)
 		return nil, n.fs.fail("open", n.path(), err)
 	}
-	return n.newHandle(fd, &st), nil
+	return n.newHandle(fd, flags, &st), nil
 }
 
-// newHandle wraps a backing descriptor of a regular file as an open handle
-// of n; st is the inode's attributes, taken from fd.
-func (n *File) newHandle(fd int, st *inodeStat) *fileHandle {
-	h := &fileHandle{n: n, key: keyOf(st), of: &openFile{fd: fd}}
+// newHandle wraps a backing descriptor of a regular file, opened with
+// flags, as an open handle of n; st is the inode's attributes, taken from fd.
+func (n *File) newHandle(fd, flags int, st *inodeStat) *fileHandle {
+	of := &openFile{fd: fd, write: flags&unix.O_ACCMODE != unix.O_RDONLY}
+	h := &fileHandle{n: n, key: keyOf(st), of: of}
 	n.addOpen(h.of)
 	return h
 }
@@ -239,8 +240,7 @@ func (h *fileHandle) Flush(ctx context.Context, req *fuse.FlushRequest) error {
 // end with it.
 func (h *fileHandle) Release(ctx context.Context, req *fuse.ReleaseRequest) error {
 	h.releaseOwners(req.LockOwner)
-	h.n.removeOpen(h.of)
-	closeFd(h.of.fd)
+	h.n.releaseOpen(h.of)
 	return nil
 }
 
