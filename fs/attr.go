@@ -26,14 +26,66 @@ func (n *node) stat() (inodeStat, error) {
 	return st, nil
 }
 
-// Attr fills a with the backing inode's attributes.
+// Attr fills a with the backing inode's attributes: those the request
+// itself has just read (entryAttr), or fresh ones.
 func (n *node) Attr(ctx context.Context, a *fuse.Attr) error {
+	if ea, ok := ctx.Value(entryAttrKey{}).(*entryAttr); ok && ea.n == n {
+		ea.n = nil
+		fillAttr(&ea.st, a)
+		return nil
+	}
 	st, err := n.stat()
 	if err != nil {
 		return n.fs.fail("getattr", n.path(), err)
 	}
 	fillAttr(&st, a)
 	return nil
+}
+
+// Attributes of a new entry. bazil answers a request that returns a node
+// (lookup, create, mkdir, mknod, symlink, link) with that node's
+// attributes, which it gets by calling Attr with the request's context,
+// right after the handler has read them itself from the inode it returns.
+// For those requests the server's WithContext puts an empty entryAttr in
+// the context; the handler records the node and its attributes there, and
+// Attr answers once from them instead of finding the inode again (an
+// openat2, a statx and a close, or a statx on an open handle's
+// descriptor). Only the same node, in the same request, takes them.
+
+// entryAttrKey is the context key of a request's *entryAttr.
+type entryAttrKey struct{}
+
+// entryAttr is what a request's handler read of the node it returns. It
+// is used by the request's own goroutine only.
+type entryAttr struct {
+	n  *node // nil: none (or already used)
+	st inodeStat
+}
+
+// returnsEntry reports whether bazil answers req with a node's attributes.
+func returnsEntry(req fuse.Request) bool {
+	switch req.(type) {
+	case *fuse.LookupRequest, *fuse.CreateRequest, *fuse.MkdirRequest,
+		*fuse.MknodRequest, *fuse.SymlinkRequest, *fuse.LinkRequest:
+		return true
+	}
+	return false
+}
+
+// withEntryAttr gives a request that returns a node its entryAttr.
+func withEntryAttr(ctx context.Context, req fuse.Request) context.Context {
+	if !returnsEntry(req) {
+		return ctx
+	}
+	return context.WithValue(ctx, entryAttrKey{}, &entryAttr{})
+}
+
+// setEntryAttr records st, just read from n's inode, for the request's
+// answer.
+func setEntryAttr(ctx context.Context, n passNode, st *inodeStat) {
+	if ea, ok := ctx.Value(entryAttrKey{}).(*entryAttr); ok {
+		ea.n, ea.st = n.base(), *st
+	}
 }
 
 // Getattr is Attr for a getattr request.

@@ -56,11 +56,13 @@ func (f *FS) newOwner(fd int, hdr *fuse.Header, perm uint32, dirSt, st *inodeSta
 // Mkdir creates a directory.
 func (d *Dir) Mkdir(ctx context.Context, req *fuse.MkdirRequest) (fusefs.Node, error) {
 	perm := unixPerm(req.Mode)
-	n, err := d.makeEntry("mkdir", req.Name, &req.Header, perm, unix.O_PATH|unix.O_DIRECTORY, unix.AT_REMOVEDIR,
+	n, _, err := d.makeEntry("mkdir", req.Name, &req.Header, perm, unix.O_PATH|unix.O_DIRECTORY, unix.AT_REMOVEDIR,
 		func(dirFd int) error { return unix.Mkdirat(dirFd, req.Name, perm&0o7777) })
 	if err != nil {
 		return nil, err
 	}
+	// The lock backend may change the new directory (its lock files), so
+	// its attributes are read again for the answer (no setEntryAttr).
 	d.adoptNewDir(ctx, req.Name, int(req.Header.Pid))
 	return n, nil
 }
@@ -89,31 +91,41 @@ func (d *Dir) adoptNewDir(ctx context.Context, name string, tid int) {
 // the kernel allowed to).
 func (d *Dir) Mknod(ctx context.Context, req *fuse.MknodRequest) (fusefs.Node, error) {
 	perm := unixPerm(req.Mode)
-	return d.makeEntry("mknod", req.Name, &req.Header, perm, unix.O_PATH, 0, func(dirFd int) error {
+	n, st, err := d.makeEntry("mknod", req.Name, &req.Header, perm, unix.O_PATH, 0, func(dirFd int) error {
 		return unix.Mknodat(dirFd, req.Name, unixType(req.Mode)|perm&0o7777, int(req.Rdev))
 	})
+	if err != nil {
+		return nil, err
+	}
+	setEntryAttr(ctx, n, &st)
+	return n, nil
 }
 
 // Symlink creates a symbolic link. Its target is stored as given and never
 // followed by lockfs.
 func (d *Dir) Symlink(ctx context.Context, req *fuse.SymlinkRequest) (fusefs.Node, error) {
-	return d.makeEntry("symlink", req.NewName, &req.Header, 0o777, unix.O_PATH, 0, func(dirFd int) error {
+	n, st, err := d.makeEntry("symlink", req.NewName, &req.Header, 0o777, unix.O_PATH, 0, func(dirFd int) error {
 		return unix.Symlinkat(req.Target, dirFd, req.NewName)
 	})
+	if err != nil {
+		return nil, err
+	}
+	setEntryAttr(ctx, n, &st)
+	return n, nil
 }
 
 // makeEntry creates name in d with mk, gives it to the requesting user
-// (newOwner) and reads its attributes; if anything after mk fails, the new
-// entry is removed again (unlinkat with rmFlags). Reserved names are
-// refused with EEXIST.
-func (d *Dir) makeEntry(op, name string, hdr *fuse.Header, perm uint32, openFlags, rmFlags int, mk func(dirFd int) error) (fusefs.Node, error) {
+// (newOwner) and returns its node and attributes; if anything after mk
+// fails, the new entry is removed again (unlinkat with rmFlags). Reserved
+// names are refused with EEXIST.
+func (d *Dir) makeEntry(op, name string, hdr *fuse.Header, perm uint32, openFlags, rmFlags int, mk func(dirFd int) error) (passNode, inodeStat, error) {
+	var st inodeStat
 	if isReserved(name) {
-		return nil, d.fs.refuse(op, d.childPath(name), syscall.EEXIST, "reserved name")
+		return nil, st, d.fs.refuse(op, d.childPath(name), syscall.EEXIST, "reserved name")
 	}
 	if err := checkName(name); err != nil {
-		return nil, err
+		return nil, st, err
 	}
-	var st inodeStat
 	err := d.at(func(dirFd int, dirSt *inodeStat) error {
 		if err := mk(dirFd); err != nil {
 			return err
@@ -129,9 +141,9 @@ func (d *Dir) makeEntry(op, name string, hdr *fuse.Header, perm uint32, openFlag
 		return err
 	})
 	if err != nil {
-		return nil, d.fs.fail(op, d.childPath(name), err)
+		return nil, st, d.fs.fail(op, d.childPath(name), err)
 	}
-	return d.fs.nodeForNew(&st, d, name, true), nil
+	return d.fs.nodeForNew(&st, d, name, true), st, nil
 }
 
 // Create creates and opens a regular file. A control name is the control
@@ -232,6 +244,7 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 		return nil, nil, d.fs.fail("create", d.childPath(name), syscall.EIO)
 	}
 	h := f.newHandle(fd, flags, &st)
+	setEntryAttr(ctx, f, &st)
 	resp.EntryValid = entryValid
 	return f, h, nil
 }

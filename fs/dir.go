@@ -76,7 +76,9 @@ func (d *Dir) Lookup(ctx context.Context, req *fuse.LookupRequest, resp *fuse.Lo
 		return nil, d.fs.fail("lookup", d.childPath(name), err)
 	}
 	resp.EntryValid = entryValid
-	return d.fs.nodeFor(&st, d, name), nil
+	n := d.fs.nodeFor(&st, d, name)
+	setEntryAttr(ctx, n, &st)
+	return n, nil
 }
 
 // Open opens the directory for reading its entries.
