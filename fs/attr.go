@@ -8,21 +8,84 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// stat returns the backing inode's attributes.
+// stat returns the backing inode's attributes: from an open handle's
+// descriptor if there is one (exact even for an unlinked file), else from
+// the check openByName makes of the inode it finds by name.
 func (n *node) stat() (inodeStat, error) {
 	var st inodeStat
-	err := n.withFd(false, func(fd int) error { return fstat(fd, &st) })
-	return st, err
+	if of := n.borrowOpen(false); of != nil {
+		err := fstat(of.fd, &st)
+		n.returnOpen(of)
+		return st, err
+	}
+	fd, err := n.openByName(unix.O_PATH, &st)
+	if err != nil {
+		return st, err
+	}
+	closeFd(fd)
+	return st, nil
 }
 
-// Attr fills a with the backing inode's attributes.
+// Attr fills a with the backing inode's attributes: those the request
+// itself has just read (entryAttr), or fresh ones.
 func (n *node) Attr(ctx context.Context, a *fuse.Attr) error {
+	if ea, ok := ctx.Value(entryAttrKey{}).(*entryAttr); ok && ea.n == n {
+		ea.n = nil
+		fillAttr(&ea.st, a)
+		return nil
+	}
 	st, err := n.stat()
 	if err != nil {
 		return n.fs.fail("getattr", n.path(), err)
 	}
 	fillAttr(&st, a)
 	return nil
+}
+
+// Attributes of a new entry. bazil answers a request that returns a node
+// (lookup, create, mkdir, mknod, symlink, link) with that node's
+// attributes, which it gets by calling Attr with the request's context,
+// right after the handler has read them itself from the inode it returns.
+// For those requests the server's WithContext puts an empty entryAttr in
+// the context; the handler records the node and its attributes there, and
+// Attr answers once from them instead of finding the inode again (an
+// openat2, a statx and a close, or a statx on an open handle's
+// descriptor). Only the same node, in the same request, takes them.
+
+// entryAttrKey is the context key of a request's *entryAttr.
+type entryAttrKey struct{}
+
+// entryAttr is what a request's handler read of the node it returns. It
+// is used by the request's own goroutine only.
+type entryAttr struct {
+	n  *node // nil: none (or already used)
+	st inodeStat
+}
+
+// returnsEntry reports whether bazil answers req with a node's attributes.
+func returnsEntry(req fuse.Request) bool {
+	switch req.(type) {
+	case *fuse.LookupRequest, *fuse.CreateRequest, *fuse.MkdirRequest,
+		*fuse.MknodRequest, *fuse.SymlinkRequest, *fuse.LinkRequest:
+		return true
+	}
+	return false
+}
+
+// withEntryAttr gives a request that returns a node its entryAttr.
+func withEntryAttr(ctx context.Context, req fuse.Request) context.Context {
+	if !returnsEntry(req) {
+		return ctx
+	}
+	return context.WithValue(ctx, entryAttrKey{}, &entryAttr{})
+}
+
+// setEntryAttr records st, just read from n's inode, for the request's
+// answer.
+func setEntryAttr(ctx context.Context, n passNode, st *inodeStat) {
+	if ea, ok := ctx.Value(entryAttrKey{}).(*entryAttr); ok {
+		ea.n, ea.st = n.base(), *st
+	}
 }
 
 // Getattr is Attr for a getattr request.
@@ -100,18 +163,22 @@ func truncateFd(fd int, size int64) error {
 // Fsync flushes the inode to stable storage. fsync(2) acts on the inode,
 // so any descriptor of it does.
 func (n *node) Fsync(ctx context.Context, req *fuse.FsyncRequest) error {
-	fd := n.dupOpen(false)
-	if fd < 0 {
+	var fd int
+	if of := n.borrowOpen(false); of != nil {
+		fd = of.fd
+		defer n.returnOpen(of)
+	} else {
 		flags := unix.O_RDONLY | unix.O_NONBLOCK
 		if n.ftype == unix.S_IFDIR {
 			flags |= unix.O_DIRECTORY
 		}
 		var err error
-		if fd, err = n.openByName(flags); err != nil {
+		var st inodeStat
+		if fd, err = n.openByName(flags, &st); err != nil {
 			return n.fs.fail("fsync", n.path(), err)
 		}
+		defer closeFd(fd)
 	}
-	defer closeFd(fd)
 	var err error
 	if req.Flags&1 != 0 {
 		err = unix.Fdatasync(fd)

@@ -15,10 +15,10 @@ import (
 // (the daemon's own umask must not apply; the kernel already applied the
 // caller's). In a setgid directory the file keeps the directory's group,
 // and a new directory keeps the setgid bit, as the backing file system set
-// them. fd is a descriptor of the new inode.
-func (f *FS) newOwner(fd int, hdr *fuse.Header, perm uint32, dirSt *inodeStat) error {
-	var st inodeStat
-	if err := fstat(fd, &st); err != nil {
+// them. fd is a descriptor of the new inode; st receives its attributes
+// once they are final (it is read again only after a change).
+func (f *FS) newOwner(fd int, hdr *fuse.Header, perm uint32, dirSt, st *inodeStat) error {
+	if err := fstat(fd, st); err != nil {
 		return err
 	}
 	setgidDir := dirSt.Mode&unix.S_ISGID != 0
@@ -31,6 +31,10 @@ func (f *FS) newOwner(fd int, hdr *fuse.Header, perm uint32, dirSt *inodeStat) e
 			if err := unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				return err
 			}
+			// chown may clear the setuid and setgid bits.
+			if err := fstat(fd, st); err != nil {
+				return err
+			}
 		}
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
@@ -40,23 +44,25 @@ func (f *FS) newOwner(fd int, hdr *fuse.Header, perm uint32, dirSt *inodeStat) e
 	if setgidDir && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		want |= unix.S_ISGID
 	}
-	if err := fstat(fd, &st); err != nil {
+	if st.Mode&0o7777 == want {
+		return nil
+	}
+	if err := unix.Chmod(procFdPath(fd), want); err != nil {
 		return err
 	}
-	if st.Mode&0o7777 != want {
-		return unix.Chmod(procFdPath(fd), want)
-	}
-	return nil
+	return fstat(fd, st)
 }
 
 // Mkdir creates a directory.
 func (d *Dir) Mkdir(ctx context.Context, req *fuse.MkdirRequest) (fusefs.Node, error) {
 	perm := unixPerm(req.Mode)
-	n, err := d.makeEntry("mkdir", req.Name, &req.Header, perm, unix.O_PATH|unix.O_DIRECTORY, unix.AT_REMOVEDIR,
+	n, _, err := d.makeEntry("mkdir", req.Name, &req.Header, perm, unix.O_PATH|unix.O_DIRECTORY, unix.AT_REMOVEDIR,
 		func(dirFd int) error { return unix.Mkdirat(dirFd, req.Name, perm&0o7777) })
 	if err != nil {
 		return nil, err
 	}
+	// The lock backend may change the new directory (its lock files), so
+	// its attributes are read again for the answer (no setEntryAttr).
 	d.adoptNewDir(ctx, req.Name, int(req.Header.Pid))
 	return n, nil
 }
@@ -85,41 +91,48 @@ func (d *Dir) adoptNewDir(ctx context.Context, name string, tid int) {
 // the kernel allowed to).
 func (d *Dir) Mknod(ctx context.Context, req *fuse.MknodRequest) (fusefs.Node, error) {
 	perm := unixPerm(req.Mode)
-	return d.makeEntry("mknod", req.Name, &req.Header, perm, unix.O_PATH, 0, func(dirFd int) error {
+	n, st, err := d.makeEntry("mknod", req.Name, &req.Header, perm, unix.O_PATH, 0, func(dirFd int) error {
 		return unix.Mknodat(dirFd, req.Name, unixType(req.Mode)|perm&0o7777, int(req.Rdev))
 	})
+	if err != nil {
+		return nil, err
+	}
+	setEntryAttr(ctx, n, &st)
+	return n, nil
 }
 
 // Symlink creates a symbolic link. Its target is stored as given and never
 // followed by lockfs.
 func (d *Dir) Symlink(ctx context.Context, req *fuse.SymlinkRequest) (fusefs.Node, error) {
-	return d.makeEntry("symlink", req.NewName, &req.Header, 0o777, unix.O_PATH, 0, func(dirFd int) error {
+	n, st, err := d.makeEntry("symlink", req.NewName, &req.Header, 0o777, unix.O_PATH, 0, func(dirFd int) error {
 		return unix.Symlinkat(req.Target, dirFd, req.NewName)
 	})
+	if err != nil {
+		return nil, err
+	}
+	setEntryAttr(ctx, n, &st)
+	return n, nil
 }
 
 // makeEntry creates name in d with mk, gives it to the requesting user
-// (newOwner) and reads its attributes; if anything after mk fails, the new
-// entry is removed again (unlinkat with rmFlags). Reserved names are
-// refused with EEXIST.
-func (d *Dir) makeEntry(op, name string, hdr *fuse.Header, perm uint32, openFlags, rmFlags int, mk func(dirFd int) error) (fusefs.Node, error) {
+// (newOwner) and returns its node and attributes; if anything after mk
+// fails, the new entry is removed again (unlinkat with rmFlags). Reserved
+// names are refused with EEXIST.
+func (d *Dir) makeEntry(op, name string, hdr *fuse.Header, perm uint32, openFlags, rmFlags int, mk func(dirFd int) error) (passNode, inodeStat, error) {
+	var st inodeStat
 	if isReserved(name) {
-		return nil, d.fs.refuse(op, d.childPath(name), syscall.EEXIST, "reserved name")
+		return nil, st, d.fs.refuse(op, d.childPath(name), syscall.EEXIST, "reserved name")
 	}
 	if err := checkName(name); err != nil {
-		return nil, err
+		return nil, st, err
 	}
-	var st inodeStat
 	err := d.at(func(dirFd int, dirSt *inodeStat) error {
 		if err := mk(dirFd); err != nil {
 			return err
 		}
 		fd, err := openBeneath(dirFd, name, openFlags, 0)
 		if err == nil {
-			err = d.fs.newOwner(fd, hdr, perm, dirSt)
-			if err == nil {
-				err = fstat(fd, &st)
-			}
+			err = d.fs.newOwner(fd, hdr, perm, dirSt, &st)
 			closeFd(fd)
 		}
 		if err != nil {
@@ -128,9 +141,9 @@ func (d *Dir) makeEntry(op, name string, hdr *fuse.Header, perm uint32, openFlag
 		return err
 	})
 	if err != nil {
-		return nil, d.fs.fail(op, d.childPath(name), err)
+		return nil, st, d.fs.fail(op, d.childPath(name), err)
 	}
-	return d.fs.nodeForNew(&st, d, name, true), nil
+	return d.fs.nodeForNew(&st, d, name, true), st, nil
 }
 
 // Create creates and opens a regular file. A control name is the control
@@ -172,9 +185,11 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 	err := d.at(func(dirFd int, dirSt *inodeStat) error {
 		for attempt := 0; ; attempt++ {
 			var err error
-			fd, err = unix.Openat(dirFd, name, flags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, perm&0o7777)
+			// No O_NONBLOCK guard (unless asked for): an exclusive
+			// create opens only the regular file it creates.
+			fd, err = unix.Openat(dirFd, name, flags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm&0o7777)
 			if err == nil {
-				if err = d.fs.newOwner(fd, &req.Header, perm, dirSt); err != nil {
+				if err = d.fs.newOwner(fd, &req.Header, perm, dirSt, &st); err != nil {
 					closeFd(fd)
 					fd = -1
 					_ = unix.Unlinkat(dirFd, name, 0)
@@ -199,6 +214,9 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 				return err
 			}
 		}
+		if created {
+			return nil // st is the new file's, from newOwner
+		}
 		if err := fstat(fd, &st); err != nil {
 			closeFd(fd)
 			fd = -1
@@ -209,13 +227,14 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 			fd = -1
 			return syscall.ESTALE
 		}
+		if err := clearNonblock(fd, flags); err != nil {
+			closeFd(fd)
+			fd = -1
+			return err
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, nil, d.fs.fail("create", d.childPath(name), err)
-	}
-	if err := clearNonblock(fd, req.Flags); err != nil {
-		closeFd(fd)
 		return nil, nil, d.fs.fail("create", d.childPath(name), err)
 	}
 	n := d.fs.nodeForNew(&st, d, name, created)
@@ -224,10 +243,8 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 		closeFd(fd)
 		return nil, nil, d.fs.fail("create", d.childPath(name), syscall.EIO)
 	}
-	h, err := f.newHandle(fd)
-	if err != nil {
-		return nil, nil, d.fs.fail("create", d.childPath(name), err)
-	}
+	h := f.newHandle(fd, flags, &st)
+	setEntryAttr(ctx, f, &st)
 	resp.EntryValid = entryValid
 	return f, h, nil
 }

@@ -45,15 +45,12 @@ func (d *Dir) childPath(name string) string {
 // at calls fn with an O_PATH descriptor of d and d's attributes, for an
 // operation on a name in d.
 func (d *Dir) at(fn func(dirFd int, dirSt *inodeStat) error) error {
-	fd, err := d.openByName(unix.O_PATH | unix.O_DIRECTORY)
+	var st inodeStat
+	fd, err := d.openByName(unix.O_PATH|unix.O_DIRECTORY, &st)
 	if err != nil {
 		return err
 	}
 	defer closeFd(fd)
-	var st inodeStat
-	if err := fstat(fd, &st); err != nil {
-		return err
-	}
 	return fn(fd, &st)
 }
 
@@ -79,21 +76,24 @@ func (d *Dir) Lookup(ctx context.Context, req *fuse.LookupRequest, resp *fuse.Lo
 		return nil, d.fs.fail("lookup", d.childPath(name), err)
 	}
 	resp.EntryValid = entryValid
-	return d.fs.nodeFor(&st, d, name), nil
+	n := d.fs.nodeFor(&st, d, name)
+	setEntryAttr(ctx, n, &st)
+	return n, nil
 }
 
 // Open opens the directory for reading its entries.
 func (d *Dir) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenResponse) (fusefs.Handle, error) {
-	fd, err := d.openByName(unix.O_RDONLY | unix.O_DIRECTORY)
+	var st inodeStat
+	fd, err := d.openByName(unix.O_RDONLY|unix.O_DIRECTORY, &st)
 	if err != nil {
 		// Removed, but still open elsewhere: a new open file description
 		// of the same directory (its own offset).
-		dup := d.dupOpen(false)
-		if dup < 0 {
+		of := d.borrowOpen(false)
+		if of == nil {
 			return nil, d.fs.fail("opendir", d.path(), err)
 		}
-		fd, err = reopen(dup, unix.O_RDONLY|unix.O_DIRECTORY)
-		closeFd(dup)
+		fd, err = reopen(of.fd, unix.O_RDONLY|unix.O_DIRECTORY)
+		d.returnOpen(of)
 		if err != nil {
 			return nil, d.fs.fail("opendir", d.path(), err)
 		}
@@ -183,7 +183,6 @@ func appendDirents(out []fuse.Dirent, buf []byte) []fuse.Dirent {
 
 // Release closes the directory.
 func (h *dirHandle) Release(ctx context.Context, req *fuse.ReleaseRequest) error {
-	h.d.removeOpen(h.of)
-	closeFd(h.of.fd)
+	h.d.releaseOpen(h.of)
 	return nil
 }

@@ -76,7 +76,9 @@
 // truncate, the xattr calls): that path names exactly the inode behind the
 // daemon's own descriptor N, a symlink itself included. Every backing open
 // of a regular file carries O_NONBLOCK until it is checked, so that a FIFO
-// swapped in cannot block the daemon. TestPTSymlinkSwapRaceStaysBeneath
+// swapped in cannot block the daemon; only an exclusive create (O_CREAT |
+// O_EXCL), which can open nothing but the file it creates, goes without.
+// TestPTSymlinkSwapRaceStaysBeneath
 // swaps a directory of SOURCE with a symlink leading out of it, as fast as
 // it can, while processes write, create, truncate, chmod, chown, rename,
 // link and remove through it; nothing outside SOURCE changes (its control

@@ -32,25 +32,26 @@ var (
 )
 
 // backingOpenFlags keeps the open flags that mean something for the backing
-// descriptor. O_DIRECT is dropped: the kernel already bypasses its cache for
-// the caller, and the daemon's buffers are not aligned for the backing file
-// system.
+// descriptor, O_NONBLOCK included if the caller asked for it. O_DIRECT is
+// dropped: the kernel already bypasses its cache for the caller, and the
+// daemon's buffers are not aligned for the backing file system.
 func backingOpenFlags(fl fuse.OpenFlags) int {
-	const keep = unix.O_ACCMODE | unix.O_APPEND | unix.O_SYNC | unix.O_DSYNC | unix.O_TRUNC | unix.O_NOATIME
+	const keep = unix.O_ACCMODE | unix.O_APPEND | unix.O_SYNC | unix.O_DSYNC | unix.O_TRUNC | unix.O_NOATIME | unix.O_NONBLOCK
 	return int(uint32(fl)) & keep
 }
 
-// clearNonblock removes the O_NONBLOCK that guards every backing open
-// (against a FIFO swapped in by a race) unless the caller asked for it.
-func clearNonblock(fd int, fl fuse.OpenFlags) error {
-	if fl&fuse.OpenNonblock != 0 {
+// clearNonblock removes the O_NONBLOCK that guards a backing open of a file
+// that may already exist (against a FIFO swapped in by a race) unless the
+// caller asked for it. flags are the caller's (backingOpenFlags): F_SETFL
+// changes only O_APPEND, O_ASYNC, O_DIRECT, O_NOATIME and O_NONBLOCK, and
+// fd was opened with those of flags and no others but O_NONBLOCK, so
+// setting flags restores exactly what the caller asked for, with no F_GETFL
+// first.
+func clearNonblock(fd int, flags int) error {
+	if flags&unix.O_NONBLOCK != 0 {
 		return nil
 	}
-	cur, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err != nil {
-		return err
-	}
-	_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, cur&^unix.O_NONBLOCK)
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags)
 	return err
 }
 
@@ -60,41 +61,40 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 	if n.ftype != unix.S_IFREG {
 		return nil, n.fs.fail("open", n.path(), syscall.EINVAL)
 	}
-	flags := backingOpenFlags(req.Flags) | unix.O_NONBLOCK
-	fd, err := n.openByName(flags)
+	want := backingOpenFlags(req.Flags)
+	flags := want | unix.O_NONBLOCK
+	var st inodeStat
+	fd, err := n.openByName(flags, &st)
 	if err != nil {
-		dup := n.dupOpen(false)
-		if dup < 0 {
+		of := n.borrowOpen(false)
+		if of == nil {
 			return nil, n.fs.fail("open", n.path(), err)
 		}
-		fd, err = reopen(dup, flags)
-		closeFd(dup)
+		fd, err = reopen(of.fd, flags)
+		n.returnOpen(of)
+		if err == nil {
+			if err = fstat(fd, &st); err != nil {
+				closeFd(fd)
+			}
+		}
 		if err != nil {
 			return nil, n.fs.fail("open", n.path(), err)
 		}
 	}
-	if err := clearNonblock(fd, req.Flags); err != nil {
+	if err := clearNonblock(fd, want); err != nil {
 		closeFd(fd)
 		return nil, n.fs.fail("open", n.path(), err)
 	}
-	h, err := n.newHandle(fd)
-	if err != nil {
-		return nil, n.fs.fail("open", n.path(), err)
-	}
-	return h, nil
+	return n.newHandle(fd, flags, &st), nil
 }
 
-// newHandle wraps a backing descriptor of a regular file as an open handle
-// of n. On error it closes fd.
-func (n *File) newHandle(fd int) (*fileHandle, error) {
-	var st inodeStat
-	if err := fstat(fd, &st); err != nil {
-		closeFd(fd)
-		return nil, err
-	}
-	h := &fileHandle{n: n, key: keyOf(&st), of: &openFile{fd: fd}}
+// newHandle wraps a backing descriptor of a regular file, opened with
+// flags, as an open handle of n; st is the inode's attributes, taken from fd.
+func (n *File) newHandle(fd, flags int, st *inodeStat) *fileHandle {
+	of := &openFile{fd: fd, write: flags&unix.O_ACCMODE != unix.O_RDONLY}
+	h := &fileHandle{n: n, key: keyOf(st), of: of}
 	n.addOpen(h.of)
-	return h, nil
+	return h
 }
 
 // Readlink returns a symlink's target.
@@ -240,8 +240,7 @@ func (h *fileHandle) Flush(ctx context.Context, req *fuse.FlushRequest) error {
 // end with it.
 func (h *fileHandle) Release(ctx context.Context, req *fuse.ReleaseRequest) error {
 	h.releaseOwners(req.LockOwner)
-	h.n.removeOpen(h.of)
-	closeFd(h.of.fd)
+	h.n.releaseOpen(h.of)
 	return nil
 }
 

@@ -174,9 +174,13 @@ func (t *interruptTracker) counts() (active, pending int) {
 }
 
 // ServerConfig returns the bazil server configuration this file system
-// needs: pass it to fusefs.New. It installs the interrupt tracker.
+// needs: pass it to fusefs.New. It installs the interrupt tracker and the
+// entry attributes (attr.go).
 func (f *FS) ServerConfig() *fusefs.Config {
-	track := f.control().interrupts.withContext
+	interrupts := f.control().interrupts.withContext
+	track := func(ctx context.Context, req fuse.Request) context.Context {
+		return interrupts(withEntryAttr(ctx, req), req)
+	}
 	observe := f.cfg.ObserveOp
 	if observe == nil {
 		return &fusefs.Config{WithContext: track}

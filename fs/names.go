@@ -158,8 +158,11 @@ func (d *Dir) Link(ctx context.Context, req *fuse.LinkRequest, old fusefs.Node) 
 	}
 	if keyOf(&st) != of.key {
 		// Replaced in SOURCE between the link and the check.
-		return d.fs.nodeFor(&st, d, name), nil
+		n := d.fs.nodeFor(&st, d, name)
+		setEntryAttr(ctx, n, &st)
+		return n, nil
 	}
 	of.addLink(d, name)
+	setEntryAttr(ctx, of, &st)
 	return of, nil
 }

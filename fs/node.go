@@ -55,14 +55,25 @@ type node struct {
 
 	mu sync.Mutex
 	// open holds the backing descriptors of the node's open handles.
-	// A handle leaves the set before its descriptor is closed.
-	// GUARDED_BY(mu)
+	// A handle leaves the set when it is released; its descriptor is
+	// closed then, or by its last borrower (borrowOpen). GUARDED_BY(mu)
 	open map[*openFile]struct{}
 }
 
 // openFile is the backing descriptor of one open handle.
 type openFile struct {
+	// Constant data
 	fd int
+	// write says that fd is open for writing.
+	write bool
+
+	// Mutable state, GUARDED_BY(mu) of the node whose handle it is.
+
+	// borrowers counts the operations using fd through borrowOpen.
+	borrowers int
+	// released is set when the handle is released. INVARIANT: fd is
+	// open while !released or borrowers > 0.
+	released bool
 }
 
 func (n *node) base() *node { return n }
@@ -252,45 +263,59 @@ func (n *node) addOpen(of *openFile) {
 	n.open[of] = struct{}{}
 }
 
-// removeOpen unregisters a handle's descriptor; after it returns, nobody
-// else uses that descriptor.
-func (n *node) removeOpen(of *openFile) {
+// releaseOpen unregisters a released handle's descriptor and closes it, or
+// leaves that to its last borrower.
+func (n *node) releaseOpen(of *openFile) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	delete(n.open, of)
+	of.released = true
+	last := of.borrowers == 0
+	n.mu.Unlock()
+	if last {
+		closeFd(of.fd)
+	}
 }
 
-// dupOpen returns a duplicate of the descriptor of one of n's open handles,
-// preferring one open for writing if write is set, or -1 if there is none.
-func (n *node) dupOpen(write bool) int {
+// borrowOpen returns the descriptor of one of n's open handles, preferring
+// one open for writing if write is set, or nil if there is none. It stays
+// open, even if its handle is released meanwhile, until returnOpen: as a
+// duplicate would, without the dup(2) and close(2). Borrowers must not
+// change the descriptor's state (offset, flags), which its handle owns.
+func (n *node) borrowOpen(write bool) *openFile {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	pick := -1
+	var pick *openFile
 	for of := range n.open {
-		if pick < 0 {
-			pick = of.fd
+		if pick == nil || (write && of.write) {
+			pick = of
 		}
-		if write {
-			if fl, err := unix.FcntlInt(uintptr(of.fd), unix.F_GETFL, 0); err == nil && fl&unix.O_ACCMODE != unix.O_RDONLY {
-				pick = of.fd
-				break
-			}
+		if !write || pick.write {
+			break
 		}
 	}
-	if pick < 0 {
-		return -1
+	if pick != nil {
+		pick.borrowers++
 	}
-	fd, err := unix.FcntlInt(uintptr(pick), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return -1
+	return pick
+}
+
+// returnOpen ends a borrowOpen; the last borrower of a released handle's
+// descriptor closes it.
+func (n *node) returnOpen(of *openFile) {
+	n.mu.Lock()
+	of.borrowers--
+	last := of.released && of.borrowers == 0
+	n.mu.Unlock()
+	if last {
+		closeFd(of.fd)
 	}
-	return fd
 }
 
 // openByName opens n's inode by one of its names with flags (O_PATH for
-// inode operations), checking that the name still leads to n. With no name
-// left it fails with staleErr.
-func (n *node) openByName(flags int) (int, error) {
+// inode operations), checking that the name still leads to n, and fills st
+// with the attributes it checked (the inode's, as of the open). With no
+// name left it fails with staleErr.
+func (n *node) openByName(flags int, st *inodeStat) (int, error) {
 	for _, p := range n.paths() {
 		fd, err := openBeneath(n.fs.rootFd, p, flags, 0)
 		if err != nil {
@@ -305,12 +330,11 @@ func (n *node) openByName(flags int) (int, error) {
 			}
 			return -1, err
 		}
-		var st inodeStat
-		if err := fstat(fd, &st); err != nil {
+		if err := fstat(fd, st); err != nil {
 			closeFd(fd)
 			return -1, err
 		}
-		if keyOf(&st) == n.key {
+		if keyOf(st) == n.key {
 			return fd, nil
 		}
 		closeFd(fd)
@@ -318,17 +342,18 @@ func (n *node) openByName(flags int) (int, error) {
 	return -1, n.fs.staleErr(n)
 }
 
-// withFd calls fn with a descriptor of n's inode: a duplicate of an open
-// handle's descriptor if there is one (exact even for an unlinked file),
-// else an O_PATH descriptor found by name.
+// withFd calls fn with a descriptor of n's inode: an open handle's
+// (exact even for an unlinked file), borrowed, if there is one, else an
+// O_PATH descriptor found by name.
 func (n *node) withFd(write bool, fn func(fd int) error) error {
-	fd := n.dupOpen(write)
-	if fd < 0 {
-		var err error
-		fd, err = n.openByName(unix.O_PATH)
-		if err != nil {
-			return err
-		}
+	if of := n.borrowOpen(write); of != nil {
+		defer n.returnOpen(of)
+		return fn(of.fd)
+	}
+	var st inodeStat
+	fd, err := n.openByName(unix.O_PATH, &st)
+	if err != nil {
+		return err
 	}
 	defer closeFd(fd)
 	return fn(fd)
