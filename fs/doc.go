@@ -51,6 +51,19 @@
 // name: the kernel sees that the name exists and does not ask). Opening a
 // control file with O_CREAT opens it.
 //
+// A directory that was ever locked keeps its backing files in SOURCE, so it
+// looks empty through the mount while its backing directory is not. rmdir
+// of it, and rename(2) of a directory over it, remove the backing files
+// first and then the directory, if they are all it holds and nobody holds a
+// flock on any of them: each is opened beneath the directory without
+// following a symlink (anything but a regular file is refused, ENOTEMPTY),
+// flocked LOCK_EX|LOCK_NB, and unlinked while that flock is held. A lock
+// held on the directory, by anyone (this daemon, another daemon, a program
+// locking SOURCE directly), makes it fail with EBUSY and removes nothing;
+// any other entry gives ENOTEMPTY as before and removes nothing. The
+// fencing-token counters go with the files: a directory made again under
+// the same name starts its tokens from 1 (rmdir.go).
+//
 // Not supported: renameat2(2) flags (bazil does not decode RENAME2, and the
 // kernel answers EINVAL for it; RENAME_NOREPLACE onto a name the kernel
 // knows fails with EEXIST before that, and mv -n falls back), O_TMPFILE
@@ -147,8 +160,8 @@
 // Backing errors are returned as their errno. Every failed request is
 // logged once, with its op and path: routine errnos (ENOENT, EEXIST,
 // EAGAIN, EACCES, ...) at debug level, refusals by lockfs's own rules
-// (reserved names, sticky directories) and a symlink met in a backing path
-// at info, anything else at warning. A node none of whose names leads to
+// (reserved names, sticky directories, rmdir of a locked directory) and a
+// symlink met in a backing path at info, anything else at warning. A node none of whose names leads to
 // its inode any more answers ESTALE (then ENOENT, as above). Names the
 // kernel never sends ("", ".", "..", a slash) are refused with EINVAL.
 package fs

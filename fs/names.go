@@ -12,7 +12,9 @@ import (
 
 // Remove unlinks a file or removes an empty directory. Reserved names may
 // not be removed; in a sticky directory only the owner of the file or of
-// the directory (or root) may remove it.
+// the directory (or root) may remove it. A directory that holds nothing
+// but backing files looks empty and is removed with them, unless a lock on
+// it is held (EBUSY; see rmdir.go).
 func (d *Dir) Remove(ctx context.Context, req *fuse.RemoveRequest) error {
 	name := req.Name
 	op := "unlink"
@@ -33,14 +35,26 @@ func (d *Dir) Remove(ctx context.Context, req *fuse.RemoveRequest) error {
 		if !stickyAllows(dirSt, &st, req.Header.Uid) {
 			return errSticky
 		}
-		flags := 0
-		if req.Dir {
-			flags = unix.AT_REMOVEDIR
+		if !req.Dir {
+			return unix.Unlinkat(dirFd, name, 0)
 		}
-		return unix.Unlinkat(dirFd, name, flags)
+		err := unix.Unlinkat(dirFd, name, unix.AT_REMOVEDIR)
+		if err != unix.ENOTEMPTY {
+			return err
+		}
+		// Perhaps empty but for the hidden backing files (rmdir.go).
+		if err := removeBackingFiles(dirFd, name, &st); err != nil {
+			return err
+		}
+		return unix.Unlinkat(dirFd, name, unix.AT_REMOVEDIR)
 	})
-	if err == errSticky {
+	switch err {
+	case errSticky:
 		return d.fs.refuse(op, d.childPath(name), syscall.EPERM, "sticky directory")
+	case errLockHeld:
+		return d.fs.refuse(op, d.childPath(name), syscall.EBUSY, "a lock on the directory is held")
+	case errNotBackingFile:
+		return d.fs.refuse(op, d.childPath(name), syscall.ENOTEMPTY, "a backing name in the directory is not a lock file")
 	}
 	if err != nil {
 		return d.fs.fail(op, d.childPath(name), err)
@@ -66,7 +80,9 @@ func stickyAllows(dirSt, st *inodeStat, uid uint32) bool {
 }
 
 // Rename moves a name, possibly to another directory, replacing what the
-// target name held. Reserved names may be neither source nor target.
+// target name held. Reserved names may be neither source nor target. A
+// target directory that holds nothing but backing files looks empty and is
+// replaced, as by Remove (rmdir.go).
 // (bazil does not decode RENAME2, so the kernel answers renameat2 flags
 // with EINVAL before asking.)
 func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs.Node) error {
@@ -104,11 +120,25 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 			default:
 				return err
 			}
+			err := unix.Renameat(oldFd, oldName, newFd, newName)
+			if !replaced || tst.Mode&unix.S_IFMT != unix.S_IFDIR || (err != unix.ENOTEMPTY && err != unix.EEXIST) {
+				return err
+			}
+			// A target directory perhaps empty but for the hidden
+			// backing files (rmdir.go).
+			if err := removeBackingFiles(newFd, newName, &tst); err != nil {
+				return err
+			}
 			return unix.Renameat(oldFd, oldName, newFd, newName)
 		})
 	})
-	if err == errSticky {
+	switch err {
+	case errSticky:
 		return d.fs.refuse("rename", d.childPath(oldName), syscall.EPERM, "sticky directory")
+	case errLockHeld:
+		return d.fs.refuse("rename", d.childPath(oldName)+" -> "+nd.childPath(newName), syscall.EBUSY, "a lock on the target directory is held")
+	case errNotBackingFile:
+		return d.fs.refuse("rename", d.childPath(oldName)+" -> "+nd.childPath(newName), syscall.ENOTEMPTY, "a backing name in the target directory is not a lock file")
 	}
 	if err != nil {
 		return d.fs.fail("rename", d.childPath(oldName), err)

@@ -167,33 +167,76 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mod
 	if err != nil {
 		return nil, err
 	}
+	for attempt := 1; ; attempt++ {
+		f, writable, err := b.claimOnce(ctx, id, mode, how, rel, wait)
+		if err != nil {
+			return nil, err
+		}
+		gone, err := unlinked(f)
+		if err == nil && !gone {
+			return newLease(b, id, rel, f, mode, writable), nil
+		}
+		// Granted on a file that was removed while we waited or had it
+		// open (rmdir through a mount removes the backing files of a
+		// directory nobody holds a lock on): that flock guards nothing.
+		// Open the name again.
+		fdDo(f, func(fd int) error { return flockNB(fd, unix.LOCK_UN) })
+		f.Close()
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("stat %s: %w", rel, err)
+		case attempt == maxReopen:
+			return nil, fmt.Errorf("flock %s: granted on a removed backing file %d times in a row", rel, attempt)
+		}
+		b.log.WithField("lock", id.String()).Debug("granted on a removed backing file; opening it again")
+	}
+}
+
+// maxReopen bounds how often one claim opens its backing file again after
+// being granted a flock on a removed one.
+const maxReopen = 16
+
+// claimOnce opens (creating if needed) the backing file rel, or reuses an
+// idle descriptor of it (idle.go), and takes the flock how on it, waiting
+// if wait. It returns the open file, holding the flock.
+func (b *Backend) claimOnce(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mode, how int, rel string, wait bool) (*os.File, bool, error) {
 	f, writable, reused := b.takeIdle(rel)
 	if !reused {
-		err = fdDo(b.src, func(srcFD int) error {
+		err := fdDo(b.src, func(srcFD int) error {
 			var err error
 			f, writable, err = openBacking(srcFD, rel)
 			return err
 		})
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
-	err = fdDo(f, func(fd int) error { return flockNB(fd, how) })
+	err := fdDo(f, func(fd int) error { return flockNB(fd, how) })
 	switch {
 	case err == nil:
 	case !wouldBlock(err):
 		f.Close()
-		return nil, fmt.Errorf("flock %s: %w", rel, err)
+		return nil, false, fmt.Errorf("flock %s: %w", rel, err)
 	case !wait:
 		f.Close()
-		return nil, lockmgr.ErrWouldBlock
+		return nil, false, lockmgr.ErrWouldBlock
 	default:
 		if err := b.waitFlock(ctx, f, mode, id); err != nil {
 			f.Close()
-			return nil, err
+			return nil, false, err
 		}
 	}
-	return newLease(b, id, rel, f, mode, writable), nil
+	return f, writable, nil
+}
+
+// unlinked reports whether f's file has no name left: it was removed.
+// Whoever removes a backing file holds its flock exclusively while it does
+// (fs/rmdir.go), so a flock granted on it was granted after the removal,
+// and this check, made after the grant, is exact.
+func unlinked(f *os.File) (bool, error) {
+	var st unix.Stat_t
+	err := fdDo(f, func(fd int) error { return unix.Fstat(fd, &st) })
+	return err == nil && st.Nlink == 0, err
 }
 
 // flockOp maps a mode to its flock(2) operation.

@@ -14,13 +14,21 @@
 //	usage     .lock_usage    SOURCE/<dir>/..LOCK_USAGE
 //
 // The root directory "." is SOURCE itself. The file is created (mode 0644,
-// less the umask) if missing, and never removed. Every open is made with
-// openat2(2) beneath a descriptor of SOURCE with RESOLVE_BENEATH,
-// RESOLVE_NO_SYMLINKS and RESOLVE_NO_MAGICLINKS: a symlink anywhere on the
-// path, the backing file included, makes the claim fail rather than create
-// or lock a file outside SOURCE. A backing file that is not a regular file
-// with a single link is refused. A missing directory gives an error wrapping
-// os.ErrNotExist.
+// less the umask) if missing. Every open is made with openat2(2) beneath a
+// descriptor of SOURCE with RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS and
+// RESOLVE_NO_MAGICLINKS: a symlink anywhere on the path, the backing file
+// included, makes the claim fail rather than create or lock a file outside
+// SOURCE. A backing file that is not a regular file with a single link is
+// refused. A missing directory gives an error wrapping os.ErrNotExist.
+//
+// The backend never removes a backing file; rmdir through the mount does,
+// for a directory nobody holds a lock on, unlinking each file while it
+// holds the file's flock exclusively (fs/rmdir.go). A claim that had the
+// file open, or waited on it, is then granted its flock after the removal,
+// and sees a link count of 0: the backend drops that flock and opens the
+// name again (which gives os.ErrNotExist if the directory went too). An
+// upgrade that let such a removal through in its moment without the shared
+// lock (see Conversion) loses the lease.
 //
 // New refuses a SOURCE on NFS, SMB/CIFS, FUSE, 9p, Ceph and the like, whose
 // flock is not this host's lock table, unless Config.AllowNetworkFS is set.
@@ -31,7 +39,8 @@
 // LOCK_SH (shared) or LOCK_EX (exclusive). Releasing the claim unlocks it
 // (LOCK_UN) at once; the unlocked descriptor is kept for up to 20 ms so
 // that the next claim of the same file can flock it again without resolving
-// the path anew (idle.go), and is never reused if the file was removed.
+// the path anew (idle.go); a flock granted on a file removed meanwhile is
+// dropped and the name opened again, as for a fresh open (see above).
 // A daemon that dies loses all its descriptors, so the kernel releases its
 // claims at once; claims are never lost otherwise, which is why
 // Lease.Done returns nil while a lease is held.

@@ -17,10 +17,11 @@ import (
 //
 // Reuse is no weaker than a fresh open: the descriptor holds no lock while
 // idle, it is reused only within idleReuse of its release (as if it had been
-// opened that much earlier), and only if the file still has its one link
-// (a backing file removed by rmdir, or directly in SOURCE, is never
-// reused). Expired descriptors are closed at the next claim or release, so
-// no goroutine or timer is needed; at most idleMax stay open.
+// opened that much earlier), and a flock granted on it is checked like any
+// other: if the file was removed meanwhile (rmdir through the mount, or
+// directly in SOURCE), the claim drops it and opens the name again.
+// Expired descriptors are closed at the next claim or release, so no
+// goroutine or timer is needed; at most idleMax stay open.
 const (
 	idleReuse = 20 * time.Millisecond
 	idleMax   = 256
@@ -95,21 +96,16 @@ func (s *idleSet) drain() []*os.File {
 	return all
 }
 
-// takeIdle returns rel's idle descriptor if there is one fit for reuse: the
-// backend is open, it was released within idleReuse, and the file is still a
-// regular file with one link. It closes the expired ones.
+// takeIdle returns rel's idle descriptor, if one was released within
+// idleReuse and the backend is open, and closes the expired ones. Whether
+// its file still has a name is checked after the flock is granted, as for
+// a fresh open (Backend.claim).
 func (b *Backend) takeIdle(rel string) (*os.File, bool, bool) {
 	b.mu.Lock()
 	f, expired := b.idle.take(rel, time.Now(), nil)
 	b.mu.Unlock()
 	closeAll(expired)
 	if f == nil {
-		return nil, false, false
-	}
-	var st unix.Stat_t
-	err := fdDo(f.file, func(fd int) error { return unix.Fstat(fd, &st) })
-	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
-		f.file.Close()
 		return nil, false, false
 	}
 	return f.file, f.writable, true

@@ -170,6 +170,12 @@ func (l *lease) tryUpgrade() (bool, error) {
 	case !wouldBlock(exErr):
 		return false, l.errorf("convert to %v", exErr, lockmgr.Exclusive)
 	}
+	// In the gap, the lock was free: an rmdir may have removed the
+	// backing file (holding it exclusively), and the shared lock just
+	// re-taken is then on a file nobody else can find.
+	if gone, err := unlinked(l.file); err != nil || gone {
+		return false, l.lose(fmt.Sprintf("an upgrade attempt (%v) dropped the shared lock and the backing file was removed before it was re-taken (stat: %v)", exErr, err))
+	}
 	return false, nil
 }
 

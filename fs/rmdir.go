@@ -1,0 +1,175 @@
+package fs
+
+import (
+	"errors"
+
+	"golang.org/x/sys/unix"
+)
+
+// Removing a directory that holds nothing but backing files.
+//
+// The local backend keeps each lock as a flock on a backing file (..LOCK,
+// ..LOCK_NEWDIR, ..LOCK_USAGE) in the locked directory of SOURCE and never
+// removes it. The mount hides those names, so a directory that was ever
+// locked looks empty, and rmdir(2) through the mount must remove it as it
+// would an empty directory. When rmdir of the backing directory fails with
+// ENOTEMPTY, removeBackingFiles looks at what it holds: if only backing
+// files, and nobody holds a flock on any of them, it removes them and the
+// rmdir is made again, once.
+//
+// Every backing file is flocked LOCK_EX|LOCK_NB before any is unlinked, and
+// unlinked while that flock is held, so:
+//
+//   - a lock held on the directory by anyone (this daemon, another lockfs
+//     daemon over SOURCE, a program locking SOURCE directly) makes the
+//     rmdir fail with EBUSY, and nothing is removed;
+//   - whoever is granted a flock on an unlinked backing file is granted it
+//     after the unlink, and can tell (its link count is 0): the local
+//     backend checks that after every grant and opens the name again.
+//
+// A program that locks SOURCE directly with flock(1) does not check: if it
+// opened a backing file just before the unlink and flocks it just after,
+// it holds a flock on a file nobody else can find. That is the ordinary
+// hazard of removing a lock file, and the reason rmdir does this only for a
+// directory nobody holds a lock on.
+//
+// Removing the backing files removes their fencing-token counters too: a
+// directory made again under the same name starts its tokens from 1.
+
+// errLockHeld means that a backing file of the directory to remove is
+// flocked by someone: a lock on the directory is held.
+var errLockHeld = errors.New("a lock on the directory is held")
+
+// errNotBackingFile means that a backing name in the directory to remove is
+// not a regular file: not a lock file, so not lockfs's to remove.
+var errNotBackingFile = errors.New("a backing name is not a regular file")
+
+// removeBackingFiles removes the backing files of the directory name in
+// dirFd, whose attributes were st, if they are its only entries and nobody
+// holds a flock on any of them. It returns nil when the rmdir is worth
+// trying again, ENOTEMPTY when the directory holds anything else (nothing
+// is removed then), errLockHeld or errNotBackingFile (nothing is removed
+// either), or the error of a backing operation.
+func removeBackingFiles(dirFd int, name string, st *inodeStat) error {
+	fd, err := openBeneath(dirFd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer closeFd(fd)
+	var dst inodeStat
+	if err := fstat(fd, &dst); err != nil {
+		return err
+	}
+	if keyOf(&dst) != keyOf(st) {
+		// Replaced since the rmdir looked: leave the newcomer alone.
+		return unix.ENOTEMPTY
+	}
+	names, err := readNames(fd)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if !backingNames[n] {
+			return unix.ENOTEMPTY
+		}
+	}
+
+	// Lock every backing file first, so that a busy one leaves all of
+	// them in place.
+	type held struct {
+		name string
+		fd   int
+		key  inodeKey
+	}
+	var locked []held
+	defer func() {
+		for _, h := range locked {
+			closeFd(h.fd) // releases the flock, after the unlink
+		}
+	}()
+	for _, n := range names {
+		bfd, key, err := openLockFile(fd, n)
+		if err == unix.ENOENT {
+			continue // gone meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		locked = append(locked, held{name: n, fd: bfd, key: key})
+		err = ignoringEINTR(func() error { return unix.Flock(bfd, unix.LOCK_EX|unix.LOCK_NB) })
+		if err == unix.EWOULDBLOCK {
+			return errLockHeld
+		}
+		if err != nil {
+			return err
+		}
+	}
+	// Unlink each name only while it still names the file we hold.
+	for _, h := range locked {
+		var nst inodeStat
+		if err := lstatAt(fd, h.name, &nst); err != nil {
+			return err
+		}
+		if keyOf(&nst) != h.key {
+			return unix.ENOTEMPTY // replaced meanwhile: not the file we hold
+		}
+	}
+	for _, h := range locked {
+		if err := unix.Unlinkat(fd, h.name, 0); err != nil && err != unix.ENOENT {
+			return err
+		}
+	}
+	return nil
+}
+
+// openLockFile opens the backing file name in the directory dirFd for
+// flock(2): never through a symlink, and only if it is a regular file (it
+// is looked at through an O_PATH descriptor first, so that no device or
+// FIFO is ever opened).
+func openLockFile(dirFd int, name string) (int, inodeKey, error) {
+	pfd, err := openBeneath(dirFd, name, unix.O_PATH, 0)
+	if err != nil {
+		return -1, inodeKey{}, err
+	}
+	defer closeFd(pfd)
+	var st inodeStat
+	if err := fstat(pfd, &st); err != nil {
+		return -1, inodeKey{}, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return -1, inodeKey{}, errNotBackingFile
+	}
+	fd, err := reopen(pfd, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	if err != nil {
+		return -1, inodeKey{}, err
+	}
+	return fd, keyOf(&st), nil
+}
+
+// readNames lists the directory open at fd, without "." and "..".
+func readNames(fd int) ([]string, error) {
+	var names []string
+	buf := make([]byte, 8<<10)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
+}
+
+// ignoringEINTR retries fn while it fails with EINTR.
+func ignoringEINTR(fn func() error) error {
+	for {
+		if err := fn(); err != unix.EINTR {
+			return err
+		}
+	}
+}
