@@ -37,7 +37,7 @@ var genericOptions = map[string]bool{
 var optionFlags = map[string]bool{ // name -> takes a value
 	"backend": true, "gcs-bucket": true, "gcs-prefix": true, "gcs-endpoint": true, "lease-ttl": true,
 	"host-id": true, "on-lease-loss": true, "metrics-addr": true, "log-level": true, "log-format": true,
-	"admin-dir": true, "log-wait-over": true, "allow-other": false, "allow-remote-source": false,
+	"admin-dir": true, "log-wait-over": true, "readahead-kb": true, "allow-other": false, "allow-remote-source": false,
 }
 
 // optionsToFlags turns a mount -o option string into "lockfs mount" flags,

@@ -128,7 +128,7 @@ func TestWithin(t *testing.T) {
 func TestParseMountinfo(t *testing.T) {
 	line := `36 35 0:52 / /tmp/my\040mnt rw,nosuid,nodev,relatime shared:1 - fuse.lockfs /srv/src rw,user_id=0,group_id=0`
 	m, ok := parseMountinfo(line)
-	if !ok || m.Mountpoint != "/tmp/my mnt" || m.Type != "fuse.lockfs" || m.Source != "/srv/src" || !m.isFUSE() {
+	if !ok || m.Mountpoint != "/tmp/my mnt" || m.Dev != "0:52" || m.Type != "fuse.lockfs" || m.Source != "/srv/src" || !m.isFUSE() {
 		t.Errorf("parseMountinfo = %+v, %v", m, ok)
 	}
 	m, ok = parseMountinfo(`22 27 0:21 / /proc rw,relatime - proc proc rw`)

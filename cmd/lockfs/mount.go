@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -62,6 +63,7 @@ type mountFlags struct {
 	metricsAddr string
 	adminDir    string
 	slowWait    time.Duration
+	readaheadKB int
 	gcs         gcsFlags
 }
 
@@ -76,6 +78,7 @@ func addMountFlags(c *command, mf *mountFlags) {
 	c.flags.StringVar(&mf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
 	c.flags.StringVar(&mf.adminDir, "admin-dir", admin.SocketDir, "directory of the admin socket that lockfs status and lockfs break use")
 	c.flags.DurationVar(&mf.slowWait, "log-wait-over", time.Second, "log every grant that waited longer than this (0: never)")
+	c.flags.IntVar(&mf.readaheadKB, "readahead-kb", defaultReadaheadKB, "kernel readahead of the mount in KiB, for sequential reads (FUSE's default is 128; 0: leave it; needs root)")
 	c.flags.StringVar(&mf.gcs.bucket, "gcs-bucket", "", "gcs backend: the bucket holding the lock leases")
 	c.flags.StringVar(&mf.gcs.prefix, "gcs-prefix", "", "gcs backend: object name prefix, so one bucket can hold several namespaces")
 	c.flags.StringVar(&mf.gcs.endpoint, "gcs-endpoint", "", "gcs backend: a GCS emulator's JSON API URL (turns authentication off); empty = real GCS with Application Default Credentials")
@@ -97,6 +100,9 @@ func runMount(args []string, stdout, stderr io.Writer) error {
 	if !contains(backends, mf.backend) {
 		return usagef("--backend %q: valid values are %s", mf.backend, strings.Join(backends, ", "))
 	}
+	if mf.readaheadKB < 0 {
+		return usagef("--readahead-kb %d: want 0 (leave the kernel's) or a size in KiB", mf.readaheadKB)
+	}
 	if err := mf.gcs.validate(mf.backend); err != nil {
 		return err
 	}
@@ -108,6 +114,8 @@ func runMount(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ballast := newGCBallast()
+	defer runtime.KeepAlive(ballast)
 	if err := checkFUSE(); err != nil {
 		return err
 	}
@@ -214,6 +222,7 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w%s", paths.mountpoint, err, mountHint(err))
 	}
+	tuneReadahead(paths.mountpoint, mf.readaheadKB, log)
 	d := &daemon{
 		log:        log.WithField("mountpoint", paths.mountpoint),
 		mountpoint: paths.mountpoint,

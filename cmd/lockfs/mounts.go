@@ -12,6 +12,7 @@ import (
 // mountEntry is one line of /proc/self/mountinfo.
 type mountEntry struct {
 	Mountpoint string
+	Dev        string // "MAJ:MIN" of the mounted filesystem
 	Type       string // "fuse.lockfs", "ext4"...
 	Source     string
 }
@@ -42,7 +43,7 @@ func mountsAt(path string) ([]mountEntry, error) {
 //
 //	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
 //
-// Field 5 is the mountpoint; after the "-" separator come the type and source.
+// Field 3 is the device, field 5 the mountpoint; after the "-" separator come the type and source.
 func parseMountinfo(line string) (mountEntry, bool) {
 	f := strings.Fields(line)
 	sep := -1
@@ -57,6 +58,7 @@ func parseMountinfo(line string) (mountEntry, bool) {
 	}
 	return mountEntry{
 		Mountpoint: unescapeOctal(f[4]),
+		Dev:        f[2],
 		Type:       unescapeOctal(f[sep+1]),
 		Source:     unescapeOctal(f[sep+2]),
 	}, true
