@@ -27,11 +27,14 @@ type runner struct {
 	res    *Results
 
 	// Mounts shared by several measurements, started on first use.
-	src     string // SOURCE of the main lockfs mount
-	lockfs  *mount // lockfs over src
-	noop    *mount // the no-op bazil daemon
-	gofuse  *mount // go-fuse's loopback over src
-	cleanup []func()
+	src    string // SOURCE of the main lockfs mount
+	lockfs *mount // lockfs over src
+	noop   *mount // the no-op bazil daemon
+	gofuse *mount // go-fuse's loopback over src
+	// gofuseNoPT is go-fuse's loopback over src without FUSE passthrough
+	// (seq only, started on first use).
+	gofuseNoPT *mount
+	cleanup    []func()
 }
 
 // Run runs the measurements cfg selects and returns their results. It
@@ -177,6 +180,24 @@ func (r *runner) mainMounts(ctx context.Context) error {
 		return err
 	}
 	r.atClose(r.gofuse.unmount)
+	return nil
+}
+
+// noPassthroughMount starts, on first use, go-fuse's loopback over the
+// shared SOURCE with -no-passthrough: every read and write then reaches
+// the daemon, as in lockfs.
+func (r *runner) noPassthroughMount(ctx context.Context) error {
+	if r.gofuseNoPT != nil {
+		return nil
+	}
+	mnt, err := r.dir("mnt", "gofuse-nopt")
+	if err != nil {
+		return err
+	}
+	if r.gofuseNoPT, err = startMount(ctx, "loopback-nopt", r.logDir, mnt, r.bin(binLoopback), "-no-passthrough", r.src, mnt); err != nil {
+		return err
+	}
+	r.atClose(r.gofuseNoPT.unmount)
 	return nil
 }
 
