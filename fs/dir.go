@@ -130,19 +130,9 @@ func (h *dirHandle) ReadDirAll(ctx context.Context) ([]fuse.Dirent, error) {
 		return nil, h.d.fs.fail("readdir", h.d.path(), err)
 	}
 	var out []fuse.Dirent
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := unix.Getdents(h.of.fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, h.d.fs.fail("readdir", h.d.path(), err)
-		}
-		if n <= 0 {
-			break
-		}
-		out = appendDirents(out, buf[:n])
+	err := getdents(h.of.fd, 32<<10, func(buf []byte) { out = appendDirents(out, buf) })
+	if err != nil {
+		return nil, h.d.fs.fail("readdir", h.d.path(), err)
 	}
 	// The control files, with the inode numbers their nodes report
 	// (control.go), so that readdir and stat agree.
@@ -153,6 +143,26 @@ func (h *dirHandle) ReadDirAll(ctx context.Context) ([]fuse.Dirent, error) {
 		out = append(out, fuse.Dirent{Name: name, Type: fuse.DT_File, Inode: ino})
 	}
 	return out, nil
+}
+
+// getdents calls fn with each batch of linux_dirent64 records of the
+// directory open at fd, from its offset to its end, read bufSize bytes at
+// a time.
+func getdents(fd, bufSize int, fn func(buf []byte)) error {
+	buf := make([]byte, bufSize)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return nil
+		}
+		fn(buf[:n])
+	}
 }
 
 // appendDirents parses linux_dirent64 records, leaving out reserved names.

@@ -149,20 +149,8 @@ func openLockFile(dirFd int, name string) (int, inodeKey, error) {
 // readNames lists the directory open at fd, without "." and "..".
 func readNames(fd int) ([]string, error) {
 	var names []string
-	buf := make([]byte, 8<<10)
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if n <= 0 {
-			return names, nil
-		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
-	}
+	err := getdents(fd, 8<<10, func(buf []byte) { _, _, names = unix.ParseDirent(buf, -1, names) })
+	return names, err
 }
 
 // ignoringEINTR retries fn while it fails with EINTR.
