@@ -114,20 +114,20 @@ func (b *Backend) takeIdle(rel string) (*os.File, bool, bool) {
 // putIdle forgets the released lease l, unlocks its descriptor and keeps it
 // for reuse; if unlocking fails or the backend is closed, it closes it
 // instead.
-func (b *Backend) putIdle(l *lease, rel string, file *os.File, writable bool) {
-	if err := fdDo(file, func(fd int) error { return flockNB(fd, unix.LOCK_UN) }); err != nil {
+func (b *Backend) putIdle(l *lease) {
+	if err := fdDo(l.file, func(fd int) error { return flockNB(fd, unix.LOCK_UN) }); err != nil {
 		b.forget(l)
-		file.Close()
+		l.file.Close()
 		return
 	}
 	b.mu.Lock()
 	delete(b.leases, l)
 	if b.closed {
 		b.mu.Unlock()
-		file.Close()
+		l.file.Close()
 		return
 	}
-	expired := b.idle.put(&idleFile{rel: rel, file: file, writable: writable, since: time.Now()}, nil)
+	expired := b.idle.put(&idleFile{rel: l.rel, file: l.file, writable: l.writable, since: time.Now()}, nil)
 	b.mu.Unlock()
 	closeAll(expired)
 }

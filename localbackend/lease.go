@@ -200,7 +200,7 @@ func (l *lease) Release(ctx context.Context) error {
 		l.b.forget(l)
 		l.file.Close()
 	default:
-		l.b.putIdle(l, l.rel, l.file, l.writable)
+		l.b.putIdle(l)
 	}
 	return nil
 }
