@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
@@ -48,6 +49,9 @@ type Backend struct {
 	// idle are released claims' unlocked descriptors, kept briefly for
 	// reuse (idle.go). GUARDED_BY(mu)
 	idle idleSet
+	// idleSweep closes expired idle descriptors; nil while none is
+	// pending. GUARDED_BY(mu)
+	idleSweep *time.Timer
 	// inflight counts calls in progress. Add only under mu while !closed.
 	inflight sync.WaitGroup
 }
@@ -272,6 +276,10 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	if b.idleSweep != nil {
+		b.idleSweep.Stop()
+		b.idleSweep = nil
+	}
 	b.mu.Unlock()
 
 	b.closeCancel()

@@ -20,8 +20,10 @@ import (
 // opened that much earlier), and a flock granted on it is checked like any
 // other: if the file was removed meanwhile (rmdir through the mount, or
 // directly in SOURCE), the claim drops it and opens the name again.
-// Expired descriptors are closed at the next claim or release, so no
-// goroutine or timer is needed; at most idleMax stay open.
+// Expired descriptors are closed at the next claim or release, or by a
+// sweep idleReuse after the set stopped being empty, so that a quiet daemon
+// keeps no backing file open that it does not lock (lsof shows what is
+// really in use). At most idleMax stay open.
 const (
 	idleReuse = 20 * time.Millisecond
 	idleMax   = 256
@@ -128,6 +130,31 @@ func (b *Backend) putIdle(l *lease) {
 		return
 	}
 	expired := b.idle.put(&idleFile{rel: l.rel, file: l.file, writable: l.writable, since: time.Now()}, nil)
+	if b.idleSweep == nil {
+		b.idleSweep = time.AfterFunc(idleReuse, b.sweepIdle)
+	}
+	b.mu.Unlock()
+	closeAll(expired)
+}
+
+// sweepIdle runs from b.idleSweep: it closes the expired idle descriptors
+// and runs again while some are left. After Close it does nothing (Close
+// stops the timer and closes every idle descriptor itself).
+func (b *Backend) sweepIdle() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.inflight.Add(1) // Close waits for it
+	defer b.inflight.Done()
+	now := time.Now()
+	expired := b.idle.expire(now, nil)
+	if e := b.idle.order.Front(); e != nil {
+		b.idleSweep.Reset(e.Value.(*idleFile).since.Add(idleReuse).Sub(now) + time.Millisecond)
+	} else {
+		b.idleSweep = nil
+	}
 	b.mu.Unlock()
 	closeAll(expired)
 }

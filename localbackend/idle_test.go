@@ -100,3 +100,20 @@ func openFds(t *testing.T) int {
 	}
 	return len(ents)
 }
+
+// A daemon that goes quiet keeps no backing file open that it does not
+// lock: the idle descriptors are closed by a sweep, not only at the next
+// claim. (Without the sweep they would stay open until then.)
+func TestIdleDescriptorsClosedWhenQuiet(t *testing.T) {
+	checkGoroutines(t)
+	src := newSource(t, "a/b")
+	b := newBackend(t, src)
+	before := openFds(t)
+	for _, p := range []string{".", "a", "a/b"} {
+		mustClaim(t, b, dirID(p), lockmgr.Shared).Release(context.Background())
+	}
+	if got := openFds(t); got <= before {
+		t.Fatalf("%d descriptors open with three idle ones, %d before: the test cannot see idle descriptors", got, before)
+	}
+	eventually(t, "idle descriptors closed by the sweep", func() bool { return openFds(t) == before })
+}
