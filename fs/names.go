@@ -48,13 +48,11 @@ func (d *Dir) Remove(ctx context.Context, req *fuse.RemoveRequest) error {
 		}
 		return unix.Unlinkat(dirFd, name, unix.AT_REMOVEDIR)
 	})
-	switch err {
-	case errSticky:
+	if err == errSticky {
 		return d.fs.refuse(op, d.childPath(name), syscall.EPERM, "sticky directory")
-	case errLockHeld:
-		return d.fs.refuse(op, d.childPath(name), syscall.EBUSY, "a lock on the directory is held")
-	case errNotBackingFile:
-		return d.fs.refuse(op, d.childPath(name), syscall.ENOTEMPTY, "a backing name in the directory is not a lock file")
+	}
+	if errno, why, ok := backingRefusal(err); ok {
+		return d.fs.refuse(op, d.childPath(name), errno, why)
 	}
 	if err != nil {
 		return d.fs.fail(op, d.childPath(name), err)
@@ -132,13 +130,11 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 			return unix.Renameat(oldFd, oldName, newFd, newName)
 		})
 	})
-	switch err {
-	case errSticky:
+	if err == errSticky {
 		return d.fs.refuse("rename", d.childPath(oldName), syscall.EPERM, "sticky directory")
-	case errLockHeld:
-		return d.fs.refuse("rename", d.childPath(oldName)+" -> "+nd.childPath(newName), syscall.EBUSY, "a lock on the target directory is held")
-	case errNotBackingFile:
-		return d.fs.refuse("rename", d.childPath(oldName)+" -> "+nd.childPath(newName), syscall.ENOTEMPTY, "a backing name in the target directory is not a lock file")
+	}
+	if errno, why, ok := backingRefusal(err); ok {
+		return d.fs.refuse("rename", d.childPath(oldName)+" -> "+nd.childPath(newName), errno, "target: "+why)
 	}
 	if err != nil {
 		return d.fs.fail("rename", d.childPath(oldName), err)

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"errors"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,6 +44,18 @@ var errLockHeld = errors.New("a lock on the directory is held")
 // errNotBackingFile means that a backing name in the directory to remove is
 // not a regular file: not a lock file, so not lockfs's to remove.
 var errNotBackingFile = errors.New("a backing name is not a regular file")
+
+// backingRefusal is the errno and reason that rmdir and rename answer for
+// removeBackingFiles' own verdicts; ok is false for any other error.
+func backingRefusal(err error) (errno syscall.Errno, why string, ok bool) {
+	switch err {
+	case errLockHeld:
+		return syscall.EBUSY, "a lock on the directory is held", true
+	case errNotBackingFile:
+		return syscall.ENOTEMPTY, "a backing name in the directory is not a lock file", true
+	}
+	return 0, "", false
+}
 
 // removeBackingFiles removes the backing files of the directory name in
 // dirFd, whose attributes were st, if they are its only entries and nobody
