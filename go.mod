@@ -75,3 +75,5 @@ require (
 )
 
 tool github.com/fsouza/fake-gcs-server
+
+replace bazil.org/fuse => ./third_party/bazil.org/fuse
