@@ -269,8 +269,12 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 		}
 		ls := e.lockLocked(s.id)
 		blockers, ok, mayPass := e.grantableWhyLocked(ls, s, rc, w)
+		if ok && !e.needsLease(s) {
+			e.addHoldLocked(ls, s, rc)
+			return nil
+		}
 		if ok {
-			need := maxMode(ls.heldModeLocked(), s.mode)
+			need := maxMode(e.leaseModeLocked(ls), s.mode)
 			if ls.lease != nil && ls.lease.Mode() >= need && ls.lease.Err() == nil {
 				e.addHoldLocked(ls, s, rc)
 				return nil
@@ -366,7 +370,7 @@ func (e *Engine) claimLocked(ctx context.Context, ls *lockState, need Mode, wait
 	// than upgraded: an upgrade keeps the old claim while it waits, and
 	// two hosts upgrading claims nobody needs would wait for each other.
 	var stale Lease
-	if lease != nil && ls.heldModeLocked() == 0 {
+	if lease != nil && e.leaseModeLocked(ls) == 0 {
 		stale, lease = lease, nil
 		ls.lease = nil
 		ls.unwatchLocked()

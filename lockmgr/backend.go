@@ -22,6 +22,23 @@ type Backend interface {
 	Close() error
 }
 
+// HierarchicalBackend is implemented by a backend that enforces the
+// hierarchy across hosts by itself: its claim on D is granted only if no
+// other host holds a conflicting claim on an ancestor of D (or, for D's
+// new-dir and usage locks, on D's directory lock), nor, for an exclusive
+// directory claim, on anything inside D. The engine then takes a request's
+// implicit holds (the shared holds on the ancestors, and on D's directory
+// lock for the new-dir and usage kinds) locally only, with no claim, and
+// asks such a backend for the lock's own claim alone, in the strongest mode
+// the host's explicit holds need. Within the host the engine still
+// arbitrates every hold, implicit ones included.
+type HierarchicalBackend interface {
+	Backend
+	// ClaimsHierarchy reports whether the backend checks the hierarchy
+	// itself. It is asked once, by New.
+	ClaimsHierarchy() bool
+}
+
 // Lease is the host's claim on one lock.
 type Lease interface {
 	// Mode is the mode the claim is held in; 0 once lost or released.

@@ -79,6 +79,11 @@
 // holds are marked lost: they conflict with nobody, lock calls on them
 // return ErrLeaseLost, OnLoss is told, and releasing them still succeeds.
 //
+// A backend that checks the hierarchy across hosts itself
+// (HierarchicalBackend: the gcs backend) gets no claim for implicit holds:
+// they are arbitrated locally only, and a lock's lease covers the strongest
+// mode of its explicit holds. The local backend gets a claim per step.
+//
 // # Locking
 //
 // Engine.mu guards the whole table. It is never held across a backend

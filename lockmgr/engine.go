@@ -70,6 +70,9 @@ type Engine struct {
 
 	// Constant data
 	host string
+	// hier: the backend checks the hierarchy across hosts itself
+	// (HierarchicalBackend), so implicit holds need no claim.
+	hier bool
 
 	// Mutable state
 	mu sync.Mutex
@@ -113,6 +116,9 @@ func New(cfg Config) (*Engine, error) {
 		parked:  make(map[int]chan struct{}),
 		usage:   make(map[*hold]struct{}),
 		closing: make(chan struct{}),
+	}
+	if hb, ok := cfg.Backend.(HierarchicalBackend); ok {
+		e.hier = hb.ClaimsHierarchy()
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if e.log == nil {

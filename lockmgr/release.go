@@ -88,7 +88,7 @@ func (e *Engine) releaseStepLocked(s step, owner Owner) {
 // return, and dropped for backend calls.
 func (e *Engine) settleLocked(ls *lockState) {
 	for !ls.busy {
-		need := ls.heldModeLocked()
+		need := e.leaseModeLocked(ls)
 		if ls.lease == nil {
 			if ls.idleLocked() && e.locks[ls.id] == ls {
 				delete(e.locks, ls.id)
@@ -99,7 +99,7 @@ func (e *Engine) settleLocked(ls *lockState) {
 		if need >= lease.Mode() && lease.Err() == nil {
 			return
 		}
-		if need == 0 && len(ls.queue) > 0 && lease.Err() == nil && lease.Mode() >= ls.queue[0].step.mode {
+		if need == 0 && len(ls.queue) > 0 && e.needsLease(ls.queue[0].step) && lease.Err() == nil && lease.Mode() >= ls.queue[0].step.mode {
 			// A waiter is about to be granted: hand the lease over
 			// rather than give it back and claim it again. A lease too
 			// weak for it is given back instead: upgrading a claim that

@@ -30,9 +30,13 @@ type lockState struct {
 	// nLive and nExclusive count the holds whose mode() is not 0, and is
 	// Exclusive, so that the common cases need not scan holds (the root of
 	// a busy tree has one hold per lock below it).
+	// nExplicit and nExplicitExclusive count the same for the explicit
+	// modes of the holds not lost: what a hierarchical backend's claim
+	// must cover.
 	// INVARIANT: they match holds; change holds only through change,
 	// insert and remove.
-	nLive, nExclusive int
+	nLive, nExclusive             int
+	nExplicit, nExplicitExclusive int
 }
 
 func (ls *lockState) count(h *hold, d int) {
@@ -42,6 +46,16 @@ func (ls *lockState) count(h *hold, d int) {
 		ls.nLive += d
 	case Shared:
 		ls.nLive += d
+	}
+	if h.lost != nil {
+		return
+	}
+	switch h.explicit {
+	case Exclusive:
+		ls.nExplicitExclusive += d
+		ls.nExplicit += d
+	case Shared:
+		ls.nExplicit += d
 	}
 }
 
@@ -149,6 +163,33 @@ func (ls *lockState) heldModeLocked() Mode {
 		return Shared
 	}
 	return 0
+}
+
+// explicitModeLocked is the strongest mode any live explicit hold needs.
+func (ls *lockState) explicitModeLocked() Mode {
+	switch {
+	case ls.nExplicitExclusive > 0:
+		return Exclusive
+	case ls.nExplicit > 0:
+		return Shared
+	}
+	return 0
+}
+
+// leaseModeLocked is the mode ls's lease must have: the strongest mode of
+// the live holds, or, over a hierarchical backend, of the live explicit
+// holds only (implicit holds are the backend's business there).
+func (e *Engine) leaseModeLocked(ls *lockState) Mode {
+	if e.hier {
+		return ls.explicitModeLocked()
+	}
+	return ls.heldModeLocked()
+}
+
+// needsLease reports whether step s must be covered by its lock's lease:
+// always, except an implicit step over a hierarchical backend.
+func (e *Engine) needsLease(s step) bool {
+	return s.explicit || !e.hier
 }
 
 // removeWaiterLocked drops w from the queue, if present.
