@@ -28,19 +28,6 @@ import (
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
-// SocketDir is where mounts put their admin sockets.
-const SocketDir = "/run/lockfs"
-
-// SocketPath returns the admin socket of the mount at mountpoint (an
-// absolute, clean path).
-func SocketPath(dir, mountpoint string) string {
-	name := strings.ReplaceAll(strings.Trim(mountpoint, "/"), "/", "-")
-	if name == "" {
-		name = "-"
-	}
-	return filepath.Join(dir, name+".sock")
-}
-
 // Request is what a client asks.
 type Request struct {
 	// Op is "status" or "break".
@@ -145,8 +132,9 @@ func NewServer(cfg Config) (*Server, error) {
 	return &Server{cfg: cfg, log: log, uid: os.Getuid()}, nil
 }
 
-// Listen creates the socket at path (mode 0600, replacing a stale one) and
-// serves it in the background until Close.
+// Listen creates the socket at path (mode 0600, replacing a stale one),
+// removes the sockets of dead daemons beside it (see RemoveStale) and serves
+// it in the background until Close.
 func (s *Server) Listen(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("admin socket: %w", err)
@@ -156,6 +144,7 @@ func (s *Server) Listen(path string) error {
 		return fmt.Errorf("admin socket %s: another daemon answers there", path)
 	}
 	_ = os.Remove(path)
+	RemoveStale(filepath.Dir(path), s.log)
 	old := unix.Umask(0o177)
 	ln, err := net.Listen("unix", path)
 	unix.Umask(old)
