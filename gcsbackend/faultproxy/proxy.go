@@ -4,7 +4,14 @@
 // added latency, connection resets (not forwarded), and lost replies (the
 // request is forwarded and takes effect, then the connection is reset
 // instead of answered). It can also black-hole every request, as a network
-// partition or a frozen peer would. It is for tests.
+// partition or a frozen peer would.
+//
+// It can also behave like GCS where the emulator does not (see Limits):
+// enforce GCS's write rate per object name with 429 answers, and add a fixed
+// latency to every request, as a remote service has. And it counts what it
+// receives by kind of request (read, metadata, list, write) and by object,
+// with the most writes any one object received within a second (see
+// Traffic). It is for tests and the benchmark.
 package faultproxy
 
 import (
@@ -51,7 +58,7 @@ type Stats struct {
 	Unavailable int64 // 503 answers injected
 	Resets      int64 // connections reset without forwarding
 	LostReplies int64 // requests forwarded whose reply was dropped
-	Delayed     int64 // requests delayed
+	Delayed     int64 // requests delayed (by Faults.Latency or Limits.Latency)
 	Blackholed  int64 // requests held by the black hole
 }
 
@@ -71,6 +78,8 @@ type Proxy struct {
 	rnd    *rand.Rand    // GUARDED_BY(mu)
 	faults Faults        // GUARDED_BY(mu)
 	hole   chan struct{} // non-nil while black-holing; closed to end it. GUARDED_BY(mu)
+
+	traffic *traffic // counts and limits, with a lock of its own
 
 	requests, forwarded, rateLimited, unavailable, resets, lostReplies, delayed, blackholed atomic.Int64
 }
@@ -95,7 +104,9 @@ func New(target string, seed int64, f Faults) (*Proxy, error) {
 		served:    make(chan struct{}),
 		rnd:       rand.New(rand.NewSource(seed)),
 		faults:    f,
+		traffic:   newTraffic(),
 	}
+	p.SetLimits(Limits{})
 	p.srv = &http.Server{Handler: http.HandlerFunc(p.serve), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(p.served)
@@ -158,6 +169,7 @@ type action int
 const (
 	forward action = iota
 	answer429
+	answer429Limit // the write limit of Limits, not an injected fault
 	answer503
 	reset
 	lostReply
@@ -195,7 +207,13 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		resetConn(w)
 		return
 	}
+	kind, object := classify(r, body)
+	admitted, latency := p.traffic.admit(kind, object, time.Now())
 	act, delay, hole := p.draw(r.Method)
+	delay += latency
+	if !admitted && act != reset {
+		act = answer429Limit
+	}
 	if hole != nil {
 		p.blackholed.Add(1)
 		select {
@@ -214,6 +232,10 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	switch act {
+	case answer429Limit:
+		gcsErrorReason(w, http.StatusTooManyRequests, "rateLimitExceeded", "The rate of change requests to the object "+
+			object+" exceeds the rate limit. Please reduce the rate of create, update, and delete requests.")
+		return
 	case answer429:
 		p.rateLimited.Add(1)
 		gcsError(w, http.StatusTooManyRequests, "injected: rate limit exceeded")
@@ -281,9 +303,14 @@ func (p *Proxy) roundTrip(r *http.Request, body []byte) (*http.Response, error) 
 
 // gcsError answers with a JSON error body as GCS writes it.
 func gcsError(w http.ResponseWriter, code int, msg string) {
+	gcsErrorReason(w, code, "injected", msg)
+}
+
+// gcsErrorReason is gcsError with the reason GCS would give.
+func gcsErrorReason(w http.ResponseWriter, code int, reason, msg string) {
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	w.WriteHeader(code)
-	fmt.Fprintf(w, `{"error":{"code":%d,"message":%q,"errors":[{"message":%q,"reason":"injected"}]}}`, code, msg, msg)
+	fmt.Fprintf(w, `{"error":{"code":%d,"message":%q,"errors":[{"message":%q,"reason":%q}]}}`, code, msg, msg, reason)
 }
 
 // resetConn closes the client's connection with a TCP reset.

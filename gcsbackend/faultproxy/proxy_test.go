@@ -1,6 +1,7 @@
 package faultproxy
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -72,5 +73,39 @@ func TestFaults(t *testing.T) {
 	s := p.Stats()
 	if s.RateLimited != 1 || s.Unavailable != 1 || s.Resets != 1 || s.LostReplies != 1 || s.Delayed != 1 || s.Blackholed != 1 {
 		t.Errorf("stats %+v", s)
+	}
+}
+
+// The token bucket and the one-second peak, on a clock of the test's own:
+// a burst of 5 passes and the 6th write is limited, one more passes after
+// a second; the peak counts every write (429s included) within any second.
+// Control: the same writes with the limit off all pass.
+func TestPeakWrites(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for _, limit := range []bool{false, true} {
+		tr := newTraffic()
+		tr.limits = Limits{ObjectWrites: limit, Rate: ObjectWriteRate, Burst: ObjectWriteBurst}
+		var passed []int
+		for _, ms := range []int{0, 1, 2, 3, 4, 5, 1005, 1006, 1500, 2400} {
+			if ok, _ := tr.admit(KindWrite, "b/o", at(ms)); ok {
+				passed = append(passed, ms)
+			}
+		}
+		want := []int{0, 1, 2, 3, 4, 5, 1005, 1006, 1500, 2400}
+		if limit {
+			// 5 tokens at 0; 1 refilled by 1005 (and 0.005 more); none at
+			// 1006; by 1500 0.5+; by 2400 1.4: one.
+			want = []int{0, 1, 2, 3, 4, 1005, 2400}
+		}
+		if fmt.Sprint(passed) != fmt.Sprint(want) {
+			t.Errorf("limit %v: passed %v, want %v", limit, passed, want)
+		}
+		o := tr.objects["b/o"]
+		// Within [5, 1005): 6 writes (0..5); within [1005, 2005): 1005,
+		// 1006, 1500: 3; the peak is 6.
+		if o.PeakWrites != 6 || o.Writes != 10 {
+			t.Errorf("limit %v: %+v; want 10 writes, peak 6", limit, o.ObjectTraffic)
+		}
 	}
 }
