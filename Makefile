@@ -1,22 +1,34 @@
-# lockfs: make build | test | bench | run | run-multihost | vet | storm | deps | clean
+# lockfs: make build | man | test | bench | run | run-multihost | vet | storm | deps | clean | install
 #
 # `make test` and `make run` install their prerequisites themselves when run
 # as root on Debian/Ubuntu (see scripts/deps.sh).
 
 GO      ?= go
 BIN     := bin/lockfs
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The version is semantic, from the nearest git tag (v1.2.3, or
+# v1.2.3-4-gHASH four commits after it); with no tag in the history it is
+# v0.0.0-N-gHASH (N commits so far), and "-dirty" marks uncommitted changes.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || \
+	echo "v0.0.0-$$(git rev-list --count HEAD 2>/dev/null || echo 0)-g$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$$(git diff --quiet HEAD 2>/dev/null || echo -dirty)")
 LDFLAGS := -X main.version=$(VERSION)
 
 # The full kill-during-wait storm (`make storm`); `make test` runs 300 trials.
 STORM_TRIALS ?= 10000
 
-.PHONY: all build test bench bench-smoke run run-multihost vet fmt-check storm deps clean
+.PHONY: all build man test bench bench-smoke run run-multihost vet fmt-check storm deps clean
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/lockfs
+
+# Man pages, one per command, generated from the command tree into
+# $(MANBUILD) (not committed); `make install` installs them.
+MANBUILD := bin/man
+
+man: build
+	rm -rf $(MANBUILD)
+	$(BIN) gen-man $(MANBUILD)
 
 # Prerequisites: fuse3 (fusermount3), util-linux (flock, setpriv), python3,
 # sqlite3, stress-ng. Installs what is missing when root with apt-get.
@@ -70,19 +82,31 @@ clean:
 	rm -rf bin demo
 
 # Install the binary, the mount(8) helper for /etc/fstab lines of type
-# fuse.lockfs, and the systemd unit template (see docs/OPERATIONS.md).
+# fuse.lockfs, the man pages, shell completion and the systemd unit template
+# (see docs/OPERATIONS.md).
 PREFIX  ?= /usr/local
 SBINDIR ?= /sbin
 UNITDIR ?= /etc/systemd/system
+MANDIR  ?= $(PREFIX)/share/man
+COMPDIR_BASH ?= $(PREFIX)/share/bash-completion/completions
+COMPDIR_ZSH  ?= $(PREFIX)/share/zsh/site-functions
+COMPDIR_FISH ?= $(PREFIX)/share/fish/vendor_completions.d
 
-install: build
+install: build man
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/lockfs
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(COMPDIR_BASH) $(DESTDIR)$(COMPDIR_ZSH) $(DESTDIR)$(COMPDIR_FISH)
+	install -m 0644 $(MANBUILD)/*.1 $(DESTDIR)$(MANDIR)/man1/
+	$(BIN) completion bash >$(DESTDIR)$(COMPDIR_BASH)/lockfs
+	$(BIN) completion zsh >$(DESTDIR)$(COMPDIR_ZSH)/_lockfs
+	$(BIN) completion fish >$(DESTDIR)$(COMPDIR_FISH)/lockfs.fish
 	install -d $(DESTDIR)$(SBINDIR)
 	ln -sf $(PREFIX)/bin/lockfs $(DESTDIR)$(SBINDIR)/mount.fuse.lockfs
 	install -D -m 0644 contrib/systemd/lockfs@.service $(DESTDIR)$(UNITDIR)/lockfs@.service
 	install -d -m 0755 $(DESTDIR)/etc/lockfs
 	@if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
-	@echo "installed $(PREFIX)/bin/lockfs, $(SBINDIR)/mount.fuse.lockfs and $(UNITDIR)/lockfs@.service"
+	@echo "installed $(PREFIX)/bin/lockfs, $(SBINDIR)/mount.fuse.lockfs, $(UNITDIR)/lockfs@.service, man pages and shell completion"
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/lockfs $(DESTDIR)$(SBINDIR)/mount.fuse.lockfs $(DESTDIR)$(UNITDIR)/lockfs@.service
+	rm -f $(DESTDIR)$(MANDIR)/man1/lockfs.1 $(DESTDIR)$(MANDIR)/man1/lockfs-*.1
+	rm -f $(DESTDIR)$(COMPDIR_BASH)/lockfs $(DESTDIR)$(COMPDIR_ZSH)/_lockfs $(DESTDIR)$(COMPDIR_FISH)/lockfs.fish

@@ -23,60 +23,17 @@ const helperTimeout = 60 * time.Second
 // LogDir is where daemons started by the mount helper log.
 const LogDir = "/var/log/lockfs"
 
-// genericOptions are mount(8) options that concern mount(8), systemd or
-// the kernel's generic flags, not lockfs: accepted and ignored.
-var genericOptions = map[string]bool{
-	"rw": true, "defaults": true, "auto": true, "noauto": true, "user": true, "nouser": true, "users": true,
-	"_netdev": true, "nofail": true, "dev": true, "nodev": true, "suid": true, "nosuid": true, "exec": true,
-	"noexec": true, "atime": true, "noatime": true, "relatime": true, "norelatime": true, "async": true,
-	"owner": true, "group": true, "comment": true,
-}
-
-// optionFlags maps -o options to "lockfs mount" flags; options are spelled
-// with - or _. Booleans take no value.
-var optionFlags = map[string]bool{ // name -> takes a value
-	"backend": true, "gcs-bucket": true, "gcs-prefix": true, "gcs-endpoint": true, "lease-ttl": true,
-	"host-id": true, "on-lease-loss": true, "metrics-addr": true, "log-level": true, "log-format": true,
-	"admin-dir": true, "log-wait-over": true, "readahead-kb": true, "allow-other": false, "allow-remote-source": false,
-}
-
 // optionsToFlags turns a mount -o option string into "lockfs mount" flags,
-// and the log file option. It refuses options it does not know, so that a
-// typo in /etc/fstab fails loudly instead of being ignored.
+// and the log file option (see options.go: the options are the flags of
+// "lockfs mount", and their values are checked here, before the daemon
+// starts).
 func optionsToFlags(opts string) (flags []string, logFile string, err error) {
-	for _, o := range strings.Split(opts, ",") {
-		if o == "" {
-			continue
-		}
-		key, val, hasVal := strings.Cut(o, "=")
-		if genericOptions[key] || strings.HasPrefix(key, "x-") {
-			continue
-		}
-		if key == "ro" {
-			return nil, "", usagef("option ro: lockfs mounts are read-write (locks need it)")
-		}
-		name := strings.ReplaceAll(key, "_", "-")
-		if name == "log-file" {
-			if !hasVal || val == "" {
-				return nil, "", usagef("option log-file needs a value")
-			}
-			logFile = val
-			continue
-		}
-		takesVal, ok := optionFlags[name]
-		if !ok {
-			return nil, "", usagef("unknown mount option %q", key)
-		}
-		switch {
-		case takesVal && !hasVal:
-			return nil, "", usagef("option %s needs a value (%s=...)", key, key)
-		case !takesVal && hasVal:
-			return nil, "", usagef("option %s takes no value", key)
-		case takesVal:
-			flags = append(flags, "--"+name+"="+val)
-		default:
-			flags = append(flags, "--"+name)
-		}
+	set, logFile, err := parseMountOptions(opts, newMountCmd().Flags(), nil)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, o := range set {
+		flags = append(flags, o.flag())
 	}
 	return flags, logFile, nil
 }

@@ -1,5 +1,5 @@
 // Command lockfs mounts a directory tree through FUSE and adds hierarchical
-// directory locks to it: every directory shows the control files .lock,
+// directory locks to it: every directory has the control files .lock,
 // .lock_newdir and .lock_usage, which unmodified programs lock with flock(2)
 // or fcntl(2).
 //
@@ -8,6 +8,9 @@
 //	lockfs status [--json] MOUNTPOINT|PATH   who holds and waits for which lock
 //	lockfs break [--kind K] PATH             forcibly end a lock (root only)
 //	lockfs version                           print the version
+//
+// The command line is built with cobra and pflag (GNU flags, help for every
+// command, shell completion, man pages from the same command tree).
 //
 // This is the only package that parses flags, installs signal handlers,
 // chooses the log format or calls os.Exit.
@@ -19,6 +22,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+
+	"github.com/spf13/cobra"
 )
 
 // Exit codes.
@@ -28,8 +34,8 @@ const (
 	exitUsage = 2 // the command line was wrong
 )
 
-// errUsage marks an error in the command line: the caller prints the
-// subcommand's usage hint and exits with exitUsage.
+// errUsage marks an error in the command line: run prints it with a hint
+// to the command's help and exits with exitUsage.
 var errUsage = errors.New("usage")
 
 // usageError wraps a message about a bad command line.
@@ -42,17 +48,14 @@ func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
-const mainUsage = `lockfs: a FUSE filesystem with hierarchical directory locks.
+// exitCodeError ends a command with a given exit code, after its message (if
+// any) was printed: "lockfs lock" passes its COMMAND's status on with it.
+type exitCodeError struct {
+	code int
+	msg  string // printed on stderr when not empty
+}
 
-Usage:
-  lockfs mount [flags] SOURCE MOUNTPOINT   present SOURCE at MOUNTPOINT, in the foreground
-  lockfs unmount MOUNTPOINT                unmount a lockfs mount (lazily if busy)
-  lockfs status [--json] MOUNTPOINT|PATH   who holds and waits for which lock
-  lockfs break [--kind K] PATH             forcibly end a lock (root only)
-  lockfs version                           print the version
-
-Run "lockfs COMMAND -h" for the flags of a command.
-`
+func (e *exitCodeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 func main() {
 	if filepath.Base(os.Args[0]) == HelperName {
@@ -74,41 +77,108 @@ func report(name string, err error, stderr io.Writer) int {
 	return exitError
 }
 
-// run dispatches to a subcommand and returns the process's exit code.
+const rootLong = `lockfs: a FUSE filesystem with hierarchical directory locks.
+
+Every directory of a lockfs mount has the control files .lock, .lock_newdir
+and .lock_usage; lock them with flock(1), flock(2) or fcntl(2), and read them
+to see who holds the lock. "lockfs lock" runs a command under such a lock,
+through a mount or with no mount at all.`
+
+// newRootCmd builds the command tree. Every command writes its output to
+// stdout and its help to stdout; errors are returned, and run prints them.
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "lockfs",
+		Short:         "A FUSE filesystem with hierarchical directory locks",
+		Long:          rootLong,
+		Version:       Version(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// An unknown command is a usage error with suggestions.
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			msg := fmt.Sprintf("unknown command %q", args[0])
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += fmt.Sprintf("; did you mean %q?", s[0])
+			}
+			return usagef("%s", msg)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usagef("name a command")
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.Flags().BoolP("version", "V", false, "print the version and exit")
+	root.SetVersionTemplate(versionLine() + "\n")
+	root.SetFlagErrorFunc(flagError)
+	root.SuggestionsMinimumDistance = 2
+	root.AddCommand(
+		newMountCmd(),
+		newUnmountCmd(),
+		newStatusCmd(),
+		newBreakCmd(),
+		newVersionCmd(),
+		newManCmd(),
+	)
+	return root
+}
+
+// run executes the command line and returns the process's exit code:
+// exitOK, exitError after an error, exitUsage after a bad command line, or
+// the code an exitCodeError carries.
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, mainUsage)
+	root := newRootCmd(stdout, stderr)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return exitOK
+	}
+	var ec *exitCodeError
+	if errors.As(err, &ec) {
+		if ec.msg != "" {
+			fmt.Fprintln(stderr, ec.msg)
+		}
+		return ec.code
+	}
+	name := "lockfs"
+	if cmd != nil {
+		name = cmd.CommandPath()
+	}
+	if errors.Is(err, errUsage) {
+		fmt.Fprintf(stderr, "%s: %v\nRun \"%s --help\" for usage.\n", name, err, name)
+		if cmd == root && len(args) == 0 {
+			fmt.Fprintln(stderr)
+			root.SetOut(stderr)
+			root.Usage()
+		}
 		return exitUsage
 	}
-	var err error
-	switch cmd, rest := args[0], args[1:]; cmd {
-	case "mount":
-		err = runMount(rest, stdout, stderr)
-	case "unmount", "umount":
-		err = runUnmount(rest, stdout, stderr)
-	case "status":
-		err = runStatus(rest, stdout, stderr)
-	case "break":
-		err = runBreak(rest, stdout, stderr)
-	case "version", "--version", "-version":
-		err = runVersion(rest, stdout, stderr)
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, mainUsage)
-		return exitOK
-	default:
-		fmt.Fprintf(stderr, "lockfs: unknown command %q\n\n%s", cmd, mainUsage)
-		return exitUsage
+	fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	return exitError
+}
+
+// versionLine is what "lockfs version" and "lockfs -V" print.
+func versionLine() string {
+	return fmt.Sprintf("lockfs %s (%s %s/%s)", Version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// exactArgs returns a cobra Args check that wants exactly n positional
+// arguments, named in the error.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("want %s; got %d argument%s", what, len(args), plural(len(args)))
+		}
+		return nil
 	}
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, errHelp):
-		return exitOK
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "lockfs %s: %v\nRun \"lockfs %s -h\" for usage.\n", args[0], err, args[0])
-		return exitUsage
-	default:
-		fmt.Fprintf(stderr, "lockfs %s: %v\n", args[0], err)
-		return exitError
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
 	}
+	return "s"
 }

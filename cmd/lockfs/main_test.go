@@ -2,12 +2,17 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
 )
 
-func TestParseInterspersedFlags(t *testing.T) {
+func TestMountFlagsInterspersed(t *testing.T) {
 	for _, tc := range []struct {
 		args      []string
 		wantPos   []string
@@ -16,19 +21,18 @@ func TestParseInterspersedFlags(t *testing.T) {
 		{[]string{"src", "mnt"}, []string{"src", "mnt"}, false},
 		{[]string{"--allow-other", "src", "mnt"}, []string{"src", "mnt"}, true},
 		{[]string{"src", "--allow-other", "mnt"}, []string{"src", "mnt"}, true},
-		{[]string{"src", "mnt", "-allow-other"}, []string{"src", "mnt"}, true},
+		{[]string{"src", "mnt", "--allow-other"}, []string{"src", "mnt"}, true},
 		{[]string{"--", "-src", "mnt"}, []string{"-src", "mnt"}, false},
 		{[]string{"src", "--", "--allow-other"}, []string{"src", "--allow-other"}, false},
 	} {
-		c := newCommand("mount", "")
-		other := c.flags.Bool("allow-other", false, "")
-		pos, err := c.parse(tc.args, &bytes.Buffer{})
-		if err != nil {
+		cmd := newMountCmd()
+		if err := cmd.ParseFlags(tc.args); err != nil {
 			t.Errorf("parse(%q): %v", tc.args, err)
 			continue
 		}
-		if strings.Join(pos, "|") != strings.Join(tc.wantPos, "|") || *other != tc.wantOther {
-			t.Errorf("parse(%q) = %q, allow-other %v; want %q, %v", tc.args, pos, *other, tc.wantPos, tc.wantOther)
+		other, _ := cmd.Flags().GetBool("allow-other")
+		if pos := cmd.Flags().Args(); strings.Join(pos, "|") != strings.Join(tc.wantPos, "|") || other != tc.wantOther {
+			t.Errorf("parse(%q) = %q, allow-other %v; want %q, %v", tc.args, pos, other, tc.wantPos, tc.wantOther)
 		}
 	}
 }
@@ -41,6 +45,7 @@ func TestRunUsageErrors(t *testing.T) {
 	}{
 		{nil, exitUsage, "Usage:"},
 		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
+		{[]string{"mont"}, exitUsage, `did you mean "mount"?`},
 		{[]string{"mount"}, exitUsage, "want two arguments"},
 		{[]string{"mount", "--backend", "nfs", "a", "b"}, exitUsage, `--backend "nfs": valid values are local, gcs`},
 		{[]string{"mount", "--backend", "gcs", "a", "b"}, exitUsage, `--backend gcs needs --gcs-bucket`},
@@ -49,8 +54,15 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"mount", "--log-level", "loud", "a", "b"}, exitUsage, "--log-level"},
 		{[]string{"mount", "--on-lease-loss", "SIGNOPE", "a", "b"}, exitUsage, "--on-lease-loss"},
 		{[]string{"mount", "--no-such-flag", "a", "b"}, exitUsage, "no-such-flag"},
+		{[]string{"mount", "--allow-othr", "a", "b"}, exitUsage, "did you mean --allow-other?"},
+		{[]string{"mount", "--lease-ttl", "30x", "a", "b"}, exitUsage, "want seconds (30, 1.5) or a duration with a unit (30s"},
+		{[]string{"mount", "-o", "no_such_option", "a", "b"}, exitUsage, `unknown mount option "no_such_option"`},
+		{[]string{"mount", "-o", "lease_ttl=forever", "a", "b"}, exitUsage, `option lease_ttl: invalid argument "forever" for "--lease-ttl" flag: want seconds`},
+		{[]string{"mount", "-o", "backend=nfs", "a", "b"}, exitUsage, `--backend "nfs"`},
+		{[]string{"mount", "-o", "log-file=/x", "a", "b"}, exitUsage, "mount helper"},
 		{[]string{"unmount"}, exitUsage, "MOUNTPOINT"},
 		{[]string{"version", "extra"}, exitUsage, "unexpected argument"},
+		{[]string{"help", "nosuch"}, exitOK, ""},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(tc.args, &out, &errOut)
@@ -61,33 +73,139 @@ func TestRunUsageErrors(t *testing.T) {
 }
 
 func TestHelpAndVersion(t *testing.T) {
-	for _, args := range [][]string{{"-h"}, {"mount", "-h"}, {"unmount", "-h"}, {"version", "-h"}, {"mount", "--help"}} {
+	for _, tc := range []struct {
+		args []string
+		want string // on stdout
+	}{
+		{[]string{"-h"}, "Usage:"},
+		{[]string{"--help"}, "Available Commands:"},
+		{[]string{"help"}, "Available Commands:"},
+		{[]string{"mount", "-h"}, "lockfs mount [flags] SOURCE MOUNTPOINT"},
+		{[]string{"mount", "--help"}, "lockfs mount [flags] SOURCE MOUNTPOINT"},
+		{[]string{"help", "mount"}, "lockfs mount [flags] SOURCE MOUNTPOINT"},
+		{[]string{"help", "status"}, "lockfs status [--json] MOUNTPOINT|PATH..."},
+		{[]string{"unmount", "-h"}, "lockfs unmount MOUNTPOINT"},
+		{[]string{"version", "-h"}, "Usage:"},
+		{[]string{"-V"}, "lockfs "},
+		{[]string{"--version"}, "lockfs "},
+		{[]string{"version"}, "lockfs "},
+	} {
 		var out, errOut bytes.Buffer
-		if code := run(args, &out, &errOut); code != exitOK {
-			t.Errorf("run(%q) = %d, stderr %q; want 0", args, code, errOut.String())
+		if code := run(tc.args, &out, &errOut); code != exitOK {
+			t.Errorf("run(%q) = %d, stderr %q; want 0", tc.args, code, errOut.String())
 		}
-		if !strings.Contains(out.String(), "Usage") && !strings.Contains(out.String(), "Usage:") {
-			t.Errorf("run(%q): no usage text on stdout: %q", args, out.String())
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("run(%q): stdout %q does not contain %q", tc.args, out.String(), tc.want)
 		}
 	}
-	var out, errOut bytes.Buffer
-	if code := run([]string{"version"}, &out, &errOut); code != exitOK || !strings.HasPrefix(out.String(), "lockfs ") {
-		t.Errorf("version = %d, %q", code, out.String())
+	// Control: help for one command is not the top-level help.
+	var out bytes.Buffer
+	run([]string{"help", "mount"}, &out, &bytes.Buffer{})
+	if strings.Contains(out.String(), "Available Commands:") {
+		t.Errorf("help mount printed the top-level help:\n%s", out.String())
 	}
 	version = "v9.9.9-test"
 	defer func() { version = "" }()
 	if Version() != "v9.9.9-test" {
 		t.Errorf("Version() = %q, want the -ldflags value", Version())
 	}
+	out.Reset()
+	run([]string{"-V"}, &out, &bytes.Buffer{})
+	if !strings.HasPrefix(out.String(), "lockfs v9.9.9-test ") {
+		t.Errorf("lockfs -V = %q, want the -ldflags version", out.String())
+	}
 }
 
 func TestMountHelpListsFlags(t *testing.T) {
 	var out bytes.Buffer
 	run([]string{"mount", "-h"}, &out, &bytes.Buffer{})
-	for _, f := range []string{"-backend", "-allow-other", "-allow-remote-source", "-log-level", "-log-format", "-on-lease-loss"} {
+	for _, f := range []string{"--backend", "--allow-other", "--allow-remote-source", "--log-level", "--log-format", "--on-lease-loss", "-o, --options"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("mount -h does not mention %s:\n%s", f, out.String())
 		}
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	for shell, want := range map[string]string{"bash": "bash completion", "zsh": "#compdef lockfs", "fish": "complete -c lockfs"} {
+		var out, errOut bytes.Buffer
+		if code := run([]string{"completion", shell}, &out, &errOut); code != exitOK || !strings.Contains(out.String(), want) {
+			t.Errorf("completion %s = %d (stderr %q), output without %q", shell, code, errOut.String(), want)
+		}
+	}
+}
+
+func TestManPages(t *testing.T) {
+	dir := t.TempDir()
+	var errOut bytes.Buffer
+	if code := run([]string{"gen-man", dir}, &bytes.Buffer{}, &errOut); code != exitOK {
+		t.Fatalf("gen-man = %d: %s", code, errOut.String())
+	}
+	for _, page := range []string{"lockfs.1", "lockfs-mount.1", "lockfs-status.1", "lockfs-unmount.1"} {
+		b, err := os.ReadFile(filepath.Join(dir, page))
+		if err != nil {
+			t.Errorf("gen-man wrote no %s: %v", page, err)
+			continue
+		}
+		if !bytes.Contains(b, []byte(".TH ")) {
+			t.Errorf("%s is not a man page:\n%s", page, b)
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "lockfs-mount.1"))
+	if !bytes.Contains(b, []byte("allow-remote-source")) {
+		t.Errorf("lockfs-mount.1 does not list the mount flags")
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"30": 30 * time.Second, "1.5": 1500 * time.Millisecond, "0": 0, "30s": 30 * time.Second,
+		"2m": 2 * time.Minute, "1h30m": 90 * time.Minute, "250ms": 250 * time.Millisecond,
+	} {
+		if got, err := parseDuration(in); err != nil || got != want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "30x", "-1", "-5s", "1,5"} {
+		if _, err := parseDuration(in); err == nil {
+			t.Errorf("parseDuration(%q): no error", in)
+		}
+	}
+}
+
+func TestMountOptionsFromOneTable(t *testing.T) {
+	// Every flag of lockfs mount is an option, and the command line wins.
+	cmd := newMountCmd()
+	if err := cmd.ParseFlags([]string{"--gcs-bucket", "cli"}); err != nil {
+		t.Fatal(err)
+	}
+	flags := cmd.Flags()
+	set, _, err := parseMountOptions("backend=gcs,gcs_bucket=opt,lease_ttl=12,allow_other,nofail", flags, flags.Changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(set) != 4 {
+		t.Errorf("options = %+v, want 4", set)
+	}
+	get := func(name string) string { return flags.Lookup(name).Value.String() }
+	if get("backend") != "gcs" || get("gcs-bucket") != "cli" || get("lease-ttl") != "12s" || get("allow-other") != "true" {
+		t.Errorf("after -o: backend %s bucket %s ttl %s allow-other %s", get("backend"), get("gcs-bucket"), get("lease-ttl"), get("allow-other"))
+	}
+	var missing []string
+	flags.VisitAll(func(f *pflag.Flag) {
+		if notOptions[f.Name] {
+			return
+		}
+		opt := f.Name
+		if f.NoOptDefVal == "" {
+			opt += "=" + f.DefValue
+		}
+		if _, _, err := optionsToFlags(opt); err != nil {
+			missing = append(missing, opt+": "+err.Error())
+		}
+	})
+	if len(missing) > 0 {
+		t.Errorf("flags of lockfs mount that the mount helper refuses: %q", missing)
 	}
 }
 

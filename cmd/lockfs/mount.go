@@ -15,6 +15,8 @@ import (
 
 	"bazil.org/fuse"
 	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/lockfs/lockfs/admin"
 	"github.com/lockfs/lockfs/fs"
@@ -23,23 +25,28 @@ import (
 	"github.com/lockfs/lockfs/metrics"
 )
 
-const mountUsage = `Usage: lockfs mount [flags] SOURCE MOUNTPOINT
-
-Present the directory tree SOURCE at MOUNTPOINT, in the foreground, until
+const mountLong = `Present the directory tree SOURCE at MOUNTPOINT, in the foreground, until
 Ctrl-C, SIGTERM or "lockfs unmount MOUNTPOINT". Every directory of the mount
-shows the control files .lock, .lock_newdir and .lock_usage; lock them with
-flock(1), flock(2) or fcntl(2):
-
-  flock MOUNTPOINT/projects/.lock -c 'make deploy'     # exclusive
-  flock -s MOUNTPOINT/projects/.lock -c 'make check'   # shared
-  cat MOUNTPOINT/projects/.lock                        # who holds it
+has the control files .lock, .lock_newdir and .lock_usage; lock them with
+flock(1), flock(2) or fcntl(2).
 
 SOURCE and MOUNTPOINT must be existing directories, and MOUNTPOINT may not
 lie inside SOURCE. A stale mount at MOUNTPOINT (left by a killed daemon) is
 cleaned up first. On SIGINT or SIGTERM lockfs refuses new locks, releases
 every lock, unmounts (lazily if files are still open there; every further
 signal retries) and exits 0.
-`
+
+-o takes the options of an /etc/fstab line of type fuse.lockfs: every flag
+below is also an option, spelled with - or _ (-o backend=gcs,gcs_bucket=B,
+allow_other); mount(8)'s generic options (rw, _netdev, nofail, x-*...) are
+ignored. A flag given on the command line wins over the same option in -o.
+Durations are seconds (30) or Go durations (30s, 2m, 1h30m).`
+
+const mountExample = `  lockfs mount /srv/projects /mnt/projects
+  lockfs mount -o backend=gcs,gcs_bucket=my-locks /srv/projects /mnt/projects
+  flock /mnt/projects/alpha/.lock -c 'make deploy'     # exclusive
+  flock -s /mnt/projects/alpha/.lock -c 'make check'   # shared
+  cat /mnt/projects/alpha/.lock                        # who holds it`
 
 // Shutdown timings.
 const (
@@ -67,36 +74,56 @@ type mountFlags struct {
 	gcs         gcsFlags
 }
 
-// addMountFlags declares the flags of "lockfs mount" on c.
-func addMountFlags(c *command, mf *mountFlags) {
-	c.flags.StringVar(&mf.backend, "backend", "local", "where lock state lives: "+strings.Join(backends, ", "))
-	c.flags.BoolVar(&mf.allowOther, "allow-other", false, "let users other than the one mounting use the mount (permissions are still checked)")
-	c.flags.BoolVar(&mf.allowRemote, "allow-remote-source", false, "allow a SOURCE on NFS, CIFS/SMB or FUSE, whose flock is not this host's")
-	c.flags.StringVar(&mf.logLevel, "log-level", "info", "log level: error, warn, info, debug or trace")
-	c.flags.StringVar(&mf.logFormat, "log-format", "text", "log format: text or json")
-	c.flags.StringVar(&mf.onLeaseLoss, "on-lease-loss", "SIGTERM", "signal sent to the process group of a holder whose lock is lost or broken, or none")
-	c.flags.StringVar(&mf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
-	c.flags.StringVar(&mf.adminDir, "admin-dir", admin.SocketDir, "directory of the admin socket that lockfs status and lockfs break use")
-	c.flags.DurationVar(&mf.slowWait, "log-wait-over", time.Second, "log every grant that waited longer than this (0: never)")
-	c.flags.IntVar(&mf.readaheadKB, "readahead-kb", defaultReadaheadKB, "kernel readahead of the mount in KiB, for sequential reads (FUSE's default is 128; 0: leave it; needs root)")
-	c.flags.StringVar(&mf.gcs.bucket, "gcs-bucket", "", "gcs backend: the bucket holding the lock leases")
-	c.flags.StringVar(&mf.gcs.prefix, "gcs-prefix", "", "gcs backend: object name prefix, so one bucket can hold several namespaces")
-	c.flags.StringVar(&mf.gcs.endpoint, "gcs-endpoint", "", "gcs backend: a GCS emulator's JSON API URL (turns authentication off); empty = real GCS with Application Default Credentials")
-	c.flags.DurationVar(&mf.gcs.ttl, "lease-ttl", gcsbackend.DefaultTTL, "gcs backend: lease time to live; a crashed host's locks are taken over after it, refreshes run every TTL/3")
-	c.flags.StringVar(&mf.gcs.hostID, "host-id", "", "gcs backend: this host's name in the bucket (default: hostname plus a random suffix)")
+// addMountFlags declares the flags of "lockfs mount" on fs. Each is also
+// a mount option (options.go).
+func addMountFlags(fs *pflag.FlagSet, mf *mountFlags) {
+	fs.StringVar(&mf.backend, "backend", "local", "where lock state lives: "+strings.Join(backends, ", "))
+	fs.BoolVar(&mf.allowOther, "allow-other", false, "let users other than the one mounting use the mount (permissions are still checked)")
+	fs.BoolVar(&mf.allowRemote, "allow-remote-source", false, "allow a SOURCE on NFS, CIFS/SMB or FUSE, whose flock is not this host's")
+	fs.StringVar(&mf.logLevel, "log-level", "info", "log level: error, warn, info, debug or trace")
+	fs.StringVar(&mf.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&mf.onLeaseLoss, "on-lease-loss", "SIGTERM", "signal sent to the process group of a holder whose lock is lost or broken, or none")
+	fs.StringVar(&mf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
+	fs.StringVar(&mf.adminDir, "admin-dir", admin.SocketDir, "directory of the admin socket that lockfs status and lockfs break use")
+	durationVarP(fs, &mf.slowWait, "log-wait-over", "", time.Second, "log every grant that waited longer than this (0: never)")
+	fs.IntVar(&mf.readaheadKB, "readahead-kb", defaultReadaheadKB, "kernel readahead of the mount in KiB, for sequential reads (FUSE's default is 128; 0: leave it; needs root)")
+	fs.StringVar(&mf.gcs.bucket, "gcs-bucket", "", "gcs backend: the bucket holding the lock leases")
+	fs.StringVar(&mf.gcs.prefix, "gcs-prefix", "", "gcs backend: object name prefix, so one bucket can hold several namespaces")
+	fs.StringVar(&mf.gcs.endpoint, "gcs-endpoint", "", "gcs backend: a GCS emulator's JSON API URL (turns authentication off); empty = real GCS with Application Default Credentials")
+	durationVarP(fs, &mf.gcs.ttl, "lease-ttl", "", gcsbackend.DefaultTTL, "gcs backend: lease time to live; a crashed host's locks are taken over after it, refreshes run every TTL/3")
+	fs.StringVar(&mf.gcs.hostID, "host-id", "", "gcs backend: this host's name in the bucket (default: hostname plus a random suffix)")
 }
 
-func runMount(args []string, stdout, stderr io.Writer) error {
+func newMountCmd() *cobra.Command {
 	var mf mountFlags
-	c := newCommand("mount", mountUsage)
-	addMountFlags(c, &mf)
-	pos, err := c.parse(args, stdout)
-	if err != nil {
-		return err
+	var opts []string
+	cmd := &cobra.Command{
+		Use:     "mount [flags] SOURCE MOUNTPOINT",
+		Short:   "Present SOURCE at MOUNTPOINT with directory locks, in the foreground",
+		Long:    mountLong,
+		Example: mountExample,
+		Args:    exactArgs(2, "two arguments, SOURCE and MOUNTPOINT"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			flags := cmd.Flags()
+			explicit := func(name string) bool { return flags.Changed(name) }
+			for _, o := range opts {
+				_, logFile, err := parseMountOptions(o, flags, explicit)
+				if err != nil {
+					return err
+				}
+				if logFile != "" {
+					return usagef("option %s is for the mount helper (%s); lockfs mount logs to stderr", logFileOption, HelperName)
+				}
+			}
+			return runMount(mf, args[0], args[1], cmd.ErrOrStderr())
+		},
 	}
-	if len(pos) != 2 {
-		return usagef("want two arguments, SOURCE and MOUNTPOINT; got %d", len(pos))
-	}
+	addMountFlags(cmd.Flags(), &mf)
+	cmd.Flags().StringArrayVarP(&opts, "options", "o", nil, "mount options, comma-separated, as in /etc/fstab (opt[,opt=value]...)")
+	return cmd
+}
+
+func runMount(mf mountFlags, source, mountpoint string, stderr io.Writer) error {
 	if !contains(backends, mf.backend) {
 		return usagef("--backend %q: valid values are %s", mf.backend, strings.Join(backends, ", "))
 	}
@@ -119,7 +146,7 @@ func runMount(args []string, stdout, stderr io.Writer) error {
 	if err := checkFUSE(); err != nil {
 		return err
 	}
-	paths, err := preparePaths(pos[0], pos[1], mf.allowRemote, log)
+	paths, err := preparePaths(source, mountpoint, mf.allowRemote, log)
 	if err != nil {
 		return err
 	}

@@ -10,28 +10,24 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/lockfs/lockfs/admin"
 )
 
-const statusUsage = `Usage: lockfs status [--json] MOUNTPOINT|PATH...
-
-Show every lock of a lockfs mount (or under PATH inside one) that is held
+const statusLong = `Show every lock of a lockfs mount (or under PATH inside one) that is held
 or waited for: path, kind, who holds it (host, pid, uid, command, age,
 fencing token; explicit or implicit), who waits, and the backend's lease.
 It asks the running daemon over its admin socket, which only root and the
 mount's owner may use; holder details are shown only to root and to the
-holder's own uid. Several mounts may be named at once.
-`
+holder's own uid. Several mounts may be named at once.`
 
-const breakUsage = `Usage: lockfs break [--kind dir|newdir|usage] PATH
-
-Forcibly end the lock of the directory PATH (inside a lockfs mount). Root
+const breakLong = `Forcibly end the lock of the directory PATH (inside a lockfs mount). Root
 only. Its holders are treated as on lease loss: their lock calls fail with
 EIO, their process group gets the mount's --on-lease-loss signal, status
 shows the hold as broken, and waiters proceed. With the gcs backend the
 lease is given back, so other hosts see the lock free. The daemon logs an
-audit line naming who broke what.
-`
+audit line naming who broke what.`
 
 // adminTarget is a path resolved to its mount's admin socket.
 type adminTarget struct {
@@ -66,20 +62,32 @@ func resolveTarget(path, adminDir string) (adminTarget, error) {
 	return adminTarget{mountpoint: best, rel: filepath.ToSlash(rel), socket: admin.SocketPath(adminDir, best)}, nil
 }
 
-func runStatus(args []string, stdout, stderr io.Writer) error {
-	c := newCommand("status", statusUsage)
-	asJSON := c.flags.Bool("json", false, "print JSON (one object per mount, in a list) instead of a table")
-	adminDir := c.flags.String("admin-dir", admin.SocketDir, "directory of the daemons' admin sockets")
-	pos, err := c.parse(args, stdout)
-	if err != nil {
-		return err
+func newStatusCmd() *cobra.Command {
+	var asJSON bool
+	var adminDir string
+	cmd := &cobra.Command{
+		Use:   "status [--json] MOUNTPOINT|PATH...",
+		Short: "Show who holds and waits for which lock",
+		Long:  statusLong,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("name a mountpoint or a path inside one")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runStatus(args, asJSON, adminDir, cmd.OutOrStdout())
+		},
 	}
-	if len(pos) == 0 {
-		return usagef("name a mountpoint or a path inside one")
-	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (one object per mount, in a list) instead of a table")
+	cmd.Flags().StringVar(&adminDir, "admin-dir", admin.SocketDir, "directory of the daemons' admin sockets")
+	return cmd
+}
+
+func runStatus(paths []string, asJSON bool, adminDir string, stdout io.Writer) error {
 	var replies []admin.Reply
-	for _, p := range pos {
-		t, err := resolveTarget(p, *adminDir)
+	for _, p := range paths {
+		t, err := resolveTarget(p, adminDir)
 		if err != nil {
 			return err
 		}
@@ -91,7 +99,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		}
 		replies = append(replies, r)
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(replies)
@@ -110,29 +118,35 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func runBreak(args []string, stdout, stderr io.Writer) error {
-	c := newCommand("break", breakUsage)
-	kind := c.flags.String("kind", "dir", "which lock of the directory: dir (.lock), newdir (.lock_newdir) or usage (.lock_usage)")
-	adminDir := c.flags.String("admin-dir", admin.SocketDir, "directory of the daemons' admin sockets")
-	pos, err := c.parse(args, stdout)
-	if err != nil {
-		return err
+func newBreakCmd() *cobra.Command {
+	var kind, adminDir string
+	cmd := &cobra.Command{
+		Use:   "break [--kind dir|newdir|usage] PATH",
+		Short: "Forcibly end a lock (root only)",
+		Long:  breakLong,
+		Args:  exactArgs(1, "one PATH, the directory whose lock to break"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runBreak(args[0], kind, adminDir, cmd.OutOrStdout())
+		},
 	}
-	if len(pos) != 1 {
-		return usagef("want one PATH, the directory whose lock to break")
-	}
+	cmd.Flags().StringVar(&kind, "kind", "dir", "which lock of the directory: dir (.lock), newdir (.lock_newdir) or usage (.lock_usage)")
+	cmd.Flags().StringVar(&adminDir, "admin-dir", admin.SocketDir, "directory of the daemons' admin sockets")
+	return cmd
+}
+
+func runBreak(path, kind, adminDir string, stdout io.Writer) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("only root may break a lock")
 	}
-	t, err := resolveTarget(pos[0], *adminDir)
+	t, err := resolveTarget(path, adminDir)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := admin.Call(ctx, t.socket, admin.Request{Op: "break", Path: t.rel, Kind: *kind}); err != nil {
+	if _, err := admin.Call(ctx, t.socket, admin.Request{Op: "break", Path: t.rel, Kind: kind}); err != nil {
 		return fmt.Errorf("%s: %w", t.mountpoint, err)
 	}
-	fmt.Fprintf(stdout, "broke the %s lock of %s\n", *kind, filepath.Join(t.mountpoint, t.rel))
+	fmt.Fprintf(stdout, "broke the %s lock of %s\n", kind, filepath.Join(t.mountpoint, t.rel))
 	return nil
 }

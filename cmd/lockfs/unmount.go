@@ -5,34 +5,38 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+
+	"github.com/spf13/cobra"
 )
 
-const unmountUsage = `Usage: lockfs unmount MOUNTPOINT
-
-Unmount the lockfs mount at MOUNTPOINT with fusermount3 -u. If the mount is
+const unmountLong = `Unmount the lockfs mount at MOUNTPOINT with fusermount3 -u. If the mount is
 busy (a process has a file or a lock open there), it is detached lazily
 (fusermount3 -uz): it disappears from the namespace now and goes away when the
 last open file there is closed. The lockfs daemon serving it then stops,
 releasing every lock. A stale mount left by a killed daemon ("Transport
 endpoint is not connected") is removed the same way.
 
-Stopping the daemon with Ctrl-C or SIGTERM does the same.
-`
+Stopping the daemon with Ctrl-C or SIGTERM does the same.`
 
-func runUnmount(args []string, stdout, stderr io.Writer) error {
-	c := newCommand("unmount", unmountUsage)
-	pos, err := c.parse(args, stdout)
-	if err != nil {
-		return err
+func newUnmountCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "unmount MOUNTPOINT",
+		Aliases: []string{"umount"},
+		Short:   "Unmount a lockfs mount (lazily if busy)",
+		Long:    unmountLong,
+		Args:    exactArgs(1, "exactly one argument, MOUNTPOINT"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runUnmount(args[0], cmd.OutOrStdout())
+		},
 	}
-	if len(pos) != 1 {
-		return usagef("want exactly one argument, MOUNTPOINT; got %d", len(pos))
-	}
+}
+
+func runUnmount(mountpoint string, stdout io.Writer) error {
 	if err := checkFUSE(); err != nil {
 		return err
 	}
 	// Not EvalSymlinks: a stale mount cannot be stat'ed.
-	mnt, err := filepath.Abs(pos[0])
+	mnt, err := filepath.Abs(mountpoint)
 	if err != nil {
 		return err
 	}

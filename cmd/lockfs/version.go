@@ -2,9 +2,9 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"runtime"
 	"runtime/debug"
+
+	"github.com/spf13/cobra"
 )
 
 // version is set at build time:
@@ -49,20 +49,20 @@ func Version() string {
 	return v
 }
 
-const versionUsage = `Usage: lockfs version
-
-Print the version of lockfs and of the Go toolchain that built it.
-`
-
-func runVersion(args []string, stdout, stderr io.Writer) error {
-	c := newCommand("version", versionUsage)
-	pos, err := c.parse(args, stdout)
-	if err != nil {
-		return err
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Long:  "Print the version of lockfs and of the Go toolchain that built it (as lockfs -V does).",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 0 {
+				return usagef("unexpected argument %q", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fmt.Fprintln(cmd.OutOrStdout(), versionLine())
+			return nil
+		},
 	}
-	if len(pos) != 0 {
-		return usagef("unexpected argument %q", pos[0])
-	}
-	fmt.Fprintf(stdout, "lockfs %s (%s %s/%s)\n", Version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	return nil
 }
