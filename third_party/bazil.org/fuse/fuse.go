@@ -212,7 +212,9 @@ func initMount(c *Conn, conf *mountConfig) error {
 	}
 	c.proto = proto
 
-	c.flags = r.Flags & (InitBigWrites | InitParallelDirOps | conf.initFlags)
+	// InitMaxPages: requests of up to maxWrite bytes (the kernel's
+	// default is 32 pages). InitInitExt: the kernel reads flags2.
+	c.flags = r.Flags & (InitBigWrites | InitParallelDirOps | InitMaxPages | InitInitExt | conf.initFlags)
 	s := &initResponse{
 		Library:             proto,
 		MaxReadahead:        conf.maxReadahead,
@@ -220,9 +222,16 @@ func initMount(c *Conn, conf *mountConfig) error {
 		MaxBackground:       conf.maxBackground,
 		CongestionThreshold: conf.congestionThreshold,
 		MaxWrite:            maxWrite,
+		MaxPages:            maxPages(),
 	}
 	r.Respond(s)
 	return nil
+}
+
+// maxPages is maxWrite in pages: the most pages one request may carry.
+func maxPages() uint16 {
+	page := syscall.Getpagesize()
+	return uint16((maxWrite + page - 1) / page)
 }
 
 // A Request represents a single FUSE request received from the kernel.
@@ -410,6 +419,12 @@ func (h *Header) RespondError(err error) {
 var maxRequestSize = syscall.Getpagesize()
 var bufSize = maxRequestSize + maxWrite
 
+// A request read into a bufSize buffer that fits in smallBufSize is
+// copied into a small message and the big buffer goes back to reqPool at
+// once: a request that waits long (a lock wait) then holds a page, not
+// maxWrite bytes.
+var smallBufSize = maxRequestSize
+
 // reqPool is a pool of messages.
 //
 // Lifetime of a logical message is from getMessage to putMessage.
@@ -422,10 +437,32 @@ var reqPool = sync.Pool{
 	New: allocMessage,
 }
 
+// smallPool is reqPool for messages of smallBufSize.
+var smallPool = sync.Pool{
+	New: func() interface{} { return newMessage(smallBufSize) },
+}
+
 func allocMessage() interface{} {
-	m := &message{buf: make([]byte, bufSize)}
+	return newMessage(bufSize)
+}
+
+func newMessage(size int) *message {
+	m := &message{buf: make([]byte, size)}
 	m.hdr = (*inHeader)(unsafe.Pointer(&m.buf[0]))
 	return m
+}
+
+// shrinkMessage returns m, or a small copy of its n bytes if they fit
+// one; m then goes back to reqPool.
+func shrinkMessage(m *message, n int) *message {
+	if n > smallBufSize || cap(m.buf) <= smallBufSize {
+		return m
+	}
+	sm := smallPool.Get().(*message)
+	sm.conn = m.conn
+	copy(sm.buf, m.buf[:n])
+	putMessage(m)
+	return sm
 }
 
 func getMessage(c *Conn) *message {
@@ -435,9 +472,13 @@ func getMessage(c *Conn) *message {
 }
 
 func putMessage(m *message) {
-	m.buf = m.buf[:bufSize]
+	m.buf = m.buf[:cap(m.buf)]
 	m.conn = nil
 	m.off = 0
+	if cap(m.buf) < bufSize {
+		smallPool.Put(m)
+		return
+	}
 	reqPool.Put(m)
 }
 
@@ -576,6 +617,7 @@ func (c *Conn) ReadRequest() (Request, error) {
 		putMessage(m)
 		return nil, io.EOF
 	}
+	m = shrinkMessage(m, n)
 	m.buf = m.buf[:n]
 
 	if n < inHeaderSize {
@@ -954,11 +996,20 @@ func (c *Conn) ReadRequest() (Request, error) {
 		if m.len() < unsafe.Sizeof(*in) {
 			goto corrupt
 		}
+		flags := InitFlags(in.Flags)
+		if flags&InitInitExt != 0 {
+			// Protocol 7.36: the upper 32 bits follow.
+			ext := (*initInExt)(m.data())
+			if m.len() < unsafe.Sizeof(*ext) {
+				goto corrupt
+			}
+			flags |= InitFlags(ext.Flags2) << 32
+		}
 		req = &initRequest{
 			Header:       m.Header(),
 			Kernel:       Protocol{in.Major, in.Minor},
 			MaxReadahead: in.MaxReadahead,
-			Flags:        InitFlags(in.Flags),
+			Flags:        flags,
 		}
 
 	case opAccess:
@@ -1435,10 +1486,16 @@ type initResponse struct {
 	// Maximum size of a single write operation.
 	// Linux enforces a minimum of 4 KiB.
 	MaxWrite uint32
+	// Maximum number of pages in one read or write request; used when
+	// Flags has InitMaxPages.
+	MaxPages uint16
+	// How deep file systems may be stacked below backing files; used
+	// when Flags has InitPassthrough.
+	MaxStackDepth uint32
 }
 
 func (r *initResponse) String() string {
-	return fmt.Sprintf("Init %v ra=%d fl=%v maxbg=%d cg=%d w=%d", r.Library, r.MaxReadahead, r.Flags, r.MaxBackground, r.CongestionThreshold, r.MaxWrite)
+	return fmt.Sprintf("Init %v ra=%d fl=%v maxbg=%d cg=%d w=%d pages=%d stack=%d", r.Library, r.MaxReadahead, r.Flags, r.MaxBackground, r.CongestionThreshold, r.MaxWrite, r.MaxPages, r.MaxStackDepth)
 }
 
 // Respond replies to the request with the given response.
@@ -1449,6 +1506,13 @@ func (r *initRequest) Respond(resp *initResponse) {
 	out.Minor = resp.Library.Minor
 	out.MaxReadahead = resp.MaxReadahead
 	out.Flags = uint32(resp.Flags)
+	if resp.Flags&InitInitExt != 0 {
+		out.Flags2 = uint32(resp.Flags >> 32)
+	}
+	if resp.Flags&InitMaxPages != 0 {
+		out.MaxPages = resp.MaxPages
+	}
+	out.MaxStackDepth = resp.MaxStackDepth
 	out.MaxBackground = resp.MaxBackground
 	out.CongestionThreshold = resp.CongestionThreshold
 	out.MaxWrite = resp.MaxWrite

@@ -48,7 +48,7 @@ const (
 	protoVersionMinMajor = 7
 	protoVersionMinMinor = 17
 	protoVersionMaxMajor = 7
-	protoVersionMaxMinor = 33
+	protoVersionMaxMinor = 40
 )
 
 const (
@@ -68,11 +68,11 @@ const (
 )
 
 var attrFlagsNames = []flagName{
-	{uint32(attrSubMount), "AttrSubMount"},
+	{uint64(attrSubMount), "AttrSubMount"},
 }
 
 func (fl AttrFlags) String() string {
-	return flagString(uint32(fl), attrFlagsNames)
+	return flagString(uint64(fl), attrFlagsNames)
 }
 
 type attr struct {
@@ -116,11 +116,11 @@ const (
 )
 
 var getattrFlagsNames = []flagName{
-	{uint32(GetattrFh), "GetattrFh"},
+	{uint64(GetattrFh), "GetattrFh"},
 }
 
 func (fl GetattrFlags) String() string {
-	return flagString(uint32(fl), getattrFlagsNames)
+	return flagString(uint64(fl), getattrFlagsNames)
 }
 
 // The SetattrValid are bit flags describing which fields in the SetattrRequest
@@ -156,22 +156,22 @@ func (fl SetattrValid) SetattrCTime() bool       { return fl&SetattrCTime != 0 }
 func (fl SetattrValid) SetattrKillSUIDGID() bool { return fl&SetattrKillSUIDGID != 0 }
 
 func (fl SetattrValid) String() string {
-	return flagString(uint32(fl), setattrValidNames)
+	return flagString(uint64(fl), setattrValidNames)
 }
 
 var setattrValidNames = []flagName{
-	{uint32(SetattrMode), "SetattrMode"},
-	{uint32(SetattrUid), "SetattrUid"},
-	{uint32(SetattrGid), "SetattrGid"},
-	{uint32(SetattrSize), "SetattrSize"},
-	{uint32(SetattrAtime), "SetattrAtime"},
-	{uint32(SetattrMtime), "SetattrMtime"},
-	{uint32(SetattrHandle), "SetattrHandle"},
-	{uint32(SetattrAtimeNow), "SetattrAtimeNow"},
-	{uint32(SetattrMtimeNow), "SetattrMtimeNow"},
-	{uint32(SetattrLockOwner), "SetattrLockOwner"},
-	{uint32(SetattrCTime), "SetattrCTime"},
-	{uint32(SetattrKillSUIDGID), "SetattrKillSUIDGID"},
+	{uint64(SetattrMode), "SetattrMode"},
+	{uint64(SetattrUid), "SetattrUid"},
+	{uint64(SetattrGid), "SetattrGid"},
+	{uint64(SetattrSize), "SetattrSize"},
+	{uint64(SetattrAtime), "SetattrAtime"},
+	{uint64(SetattrMtime), "SetattrMtime"},
+	{uint64(SetattrHandle), "SetattrHandle"},
+	{uint64(SetattrAtimeNow), "SetattrAtimeNow"},
+	{uint64(SetattrMtimeNow), "SetattrMtimeNow"},
+	{uint64(SetattrLockOwner), "SetattrLockOwner"},
+	{uint64(SetattrCTime), "SetattrCTime"},
+	{uint64(SetattrKillSUIDGID), "SetattrKillSUIDGID"},
 }
 
 // Flags that can be seen in OpenRequest.Flags.
@@ -205,7 +205,7 @@ type OpenFlags uint32
 func (fl OpenFlags) String() string {
 	// O_RDONLY, O_RWONLY, O_RDWR are not flags
 	s := accModeName(fl & OpenAccessModeMask)
-	flags := uint32(fl &^ OpenAccessModeMask)
+	flags := uint64(fl &^ OpenAccessModeMask)
 	if flags != 0 {
 		s = s + "+" + flagString(flags, openFlagNames)
 	}
@@ -241,13 +241,13 @@ func accModeName(flags OpenFlags) string {
 }
 
 var openFlagNames = []flagName{
-	{uint32(OpenAppend), "OpenAppend"},
-	{uint32(OpenCreate), "OpenCreate"},
-	{uint32(OpenDirectory), "OpenDirectory"},
-	{uint32(OpenExclusive), "OpenExclusive"},
-	{uint32(OpenNonblock), "OpenNonblock"},
-	{uint32(OpenSync), "OpenSync"},
-	{uint32(OpenTruncate), "OpenTruncate"},
+	{uint64(OpenAppend), "OpenAppend"},
+	{uint64(OpenCreate), "OpenCreate"},
+	{uint64(OpenDirectory), "OpenDirectory"},
+	{uint64(OpenExclusive), "OpenExclusive"},
+	{uint64(OpenNonblock), "OpenNonblock"},
+	{uint64(OpenSync), "OpenSync"},
+	{uint64(OpenTruncate), "OpenTruncate"},
 }
 
 // OpenRequestFlags are the FUSE-specific flags in an OpenRequest (as opposed to the flags from filesystem client `open(2)` flags argument).
@@ -258,11 +258,11 @@ const (
 )
 
 func (fl OpenRequestFlags) String() string {
-	return flagString(uint32(fl), openRequestFlagNames)
+	return flagString(uint64(fl), openRequestFlagNames)
 }
 
 var openRequestFlagNames = []flagName{
-	{uint32(OpenKillSUIDGID), "OpenKillSUIDGID"},
+	{uint64(OpenKillSUIDGID), "OpenKillSUIDGID"},
 }
 
 // The OpenResponseFlags are returned in the OpenResponse.
@@ -276,18 +276,18 @@ const (
 )
 
 func (fl OpenResponseFlags) String() string {
-	return flagString(uint32(fl), openResponseFlagNames)
+	return flagString(uint64(fl), openResponseFlagNames)
 }
 
 var openResponseFlagNames = []flagName{
-	{uint32(OpenDirectIO), "OpenDirectIO"},
-	{uint32(OpenKeepCache), "OpenKeepCache"},
-	{uint32(OpenNonSeekable), "OpenNonSeekable"},
-	{uint32(OpenCacheDir), "OpenCacheDir"},
+	{uint64(OpenDirectIO), "OpenDirectIO"},
+	{uint64(OpenKeepCache), "OpenKeepCache"},
+	{uint64(OpenNonSeekable), "OpenNonSeekable"},
+	{uint64(OpenCacheDir), "OpenCacheDir"},
 }
 
 // The InitFlags are used in the Init exchange.
-type InitFlags uint32
+type InitFlags uint64
 
 const (
 	InitAsyncRead     InitFlags = 1 << 0
@@ -325,51 +325,55 @@ const (
 	// Filesystem promises to remove SUID/SGID/cap on writes and `chown`.
 	InitHandleKillPrivV2 InitFlags = 1 << 28
 	InitSetxattrExt      InitFlags = 1 << 29
+	// Protocol 7.36: initIn and initOut carry flags2, the upper 32 bits
+	// of the flags; needed for every flag from bit 32 on.
+	InitInitExt InitFlags = 1 << 30
 )
 
 type flagName struct {
-	bit  uint32
+	bit  uint64
 	name string
 }
 
 var initFlagNames = []flagName{
-	{uint32(InitAsyncRead), "InitAsyncRead"},
-	{uint32(InitPOSIXLocks), "InitPOSIXLocks"},
-	{uint32(InitFileOps), "InitFileOps"},
-	{uint32(InitAtomicTrunc), "InitAtomicTrunc"},
-	{uint32(InitExportSupport), "InitExportSupport"},
-	{uint32(InitBigWrites), "InitBigWrites"},
-	{uint32(InitDontMask), "InitDontMask"},
-	{uint32(InitSpliceWrite), "InitSpliceWrite"},
-	{uint32(InitSpliceMove), "InitSpliceMove"},
-	{uint32(InitSpliceRead), "InitSpliceRead"},
-	{uint32(InitFlockLocks), "InitFlockLocks"},
-	{uint32(InitHasIoctlDir), "InitHasIoctlDir"},
-	{uint32(InitAutoInvalData), "InitAutoInvalData"},
-	{uint32(InitDoReaddirplus), "InitDoReaddirplus"},
-	{uint32(InitReaddirplusAuto), "InitReaddirplusAuto"},
-	{uint32(InitAsyncDIO), "InitAsyncDIO"},
-	{uint32(InitWritebackCache), "InitWritebackCache"},
-	{uint32(InitNoOpenSupport), "InitNoOpenSupport"},
-	{uint32(InitParallelDirOps), "InitParallelDirOps"},
-	{uint32(InitHandleKillPriv), "InitHandleKillPriv"},
-	{uint32(InitPosixACL), "InitPosixACL"},
-	{uint32(InitAbortError), "InitAbortError"},
-	{uint32(InitMaxPages), "InitMaxPages"},
-	{uint32(InitCacheSymlinks), "InitCacheSymlinks"},
-	{uint32(InitNoOpenDirSupport), "InitNoOpenDirSupport"},
-	{uint32(InitExplicitInvalidateData), "InitExplicitInvalidateData"},
-	{uint32(InitMapAlignment), "InitMapAlignment"},
-	{uint32(InitSubMounts), "InitSubMounts"},
-	{uint32(InitHandleKillPrivV2), "InitHandleKillPrivV2"},
-	{uint32(InitSetxattrExt), "InitSetxattrExt"},
+	{uint64(InitAsyncRead), "InitAsyncRead"},
+	{uint64(InitPOSIXLocks), "InitPOSIXLocks"},
+	{uint64(InitFileOps), "InitFileOps"},
+	{uint64(InitAtomicTrunc), "InitAtomicTrunc"},
+	{uint64(InitExportSupport), "InitExportSupport"},
+	{uint64(InitBigWrites), "InitBigWrites"},
+	{uint64(InitDontMask), "InitDontMask"},
+	{uint64(InitSpliceWrite), "InitSpliceWrite"},
+	{uint64(InitSpliceMove), "InitSpliceMove"},
+	{uint64(InitSpliceRead), "InitSpliceRead"},
+	{uint64(InitFlockLocks), "InitFlockLocks"},
+	{uint64(InitHasIoctlDir), "InitHasIoctlDir"},
+	{uint64(InitAutoInvalData), "InitAutoInvalData"},
+	{uint64(InitDoReaddirplus), "InitDoReaddirplus"},
+	{uint64(InitReaddirplusAuto), "InitReaddirplusAuto"},
+	{uint64(InitAsyncDIO), "InitAsyncDIO"},
+	{uint64(InitWritebackCache), "InitWritebackCache"},
+	{uint64(InitNoOpenSupport), "InitNoOpenSupport"},
+	{uint64(InitParallelDirOps), "InitParallelDirOps"},
+	{uint64(InitHandleKillPriv), "InitHandleKillPriv"},
+	{uint64(InitPosixACL), "InitPosixACL"},
+	{uint64(InitAbortError), "InitAbortError"},
+	{uint64(InitMaxPages), "InitMaxPages"},
+	{uint64(InitCacheSymlinks), "InitCacheSymlinks"},
+	{uint64(InitNoOpenDirSupport), "InitNoOpenDirSupport"},
+	{uint64(InitExplicitInvalidateData), "InitExplicitInvalidateData"},
+	{uint64(InitMapAlignment), "InitMapAlignment"},
+	{uint64(InitSubMounts), "InitSubMounts"},
+	{uint64(InitHandleKillPrivV2), "InitHandleKillPrivV2"},
+	{uint64(InitSetxattrExt), "InitSetxattrExt"},
+	{uint64(InitInitExt), "InitInitExt"},
 }
 
 func (fl InitFlags) String() string {
-	return flagString(uint32(fl), initFlagNames)
+	return flagString(uint64(fl), initFlagNames)
 }
 
-func flagString(f uint32, names []flagName) string {
+func flagString(f uint64, names []flagName) string {
 	var s string
 
 	if f == 0 {
@@ -397,12 +401,12 @@ const (
 )
 
 func (fl ReleaseFlags) String() string {
-	return flagString(uint32(fl), releaseFlagNames)
+	return flagString(uint64(fl), releaseFlagNames)
 }
 
 var releaseFlagNames = []flagName{
-	{uint32(ReleaseFlush), "ReleaseFlush"},
-	{uint32(ReleaseFlockUnlock), "ReleaseFlockUnlock"},
+	{uint64(ReleaseFlush), "ReleaseFlush"},
+	{uint64(ReleaseFlockUnlock), "ReleaseFlockUnlock"},
 }
 
 // Opcodes
@@ -640,11 +644,11 @@ const (
 )
 
 var readFlagNames = []flagName{
-	{uint32(ReadLockOwner), "ReadLockOwner"},
+	{uint64(ReadLockOwner), "ReadLockOwner"},
 }
 
 func (fl ReadFlags) String() string {
-	return flagString(uint32(fl), readFlagNames)
+	return flagString(uint64(fl), readFlagNames)
 }
 
 type writeIn struct {
@@ -683,13 +687,13 @@ const (
 )
 
 var writeFlagNames = []flagName{
-	{uint32(WriteCache), "WriteCache"},
-	{uint32(WriteLockOwner), "WriteLockOwner"},
-	{uint32(WriteKillSUIDGID), "WriteKillSUIDGID"},
+	{uint64(WriteCache), "WriteCache"},
+	{uint64(WriteLockOwner), "WriteLockOwner"},
+	{uint64(WriteKillSUIDGID), "WriteKillSUIDGID"},
 }
 
 func (fl WriteFlags) String() string {
-	return flagString(uint32(fl), writeFlagNames)
+	return flagString(uint64(fl), writeFlagNames)
 }
 
 type statfsOut struct {
@@ -710,11 +714,11 @@ const (
 )
 
 var setxattrFlagNames = []flagName{
-	{uint32(SetxattrACLKillSGID), "SetxattrACLKillSGID"},
+	{uint64(SetxattrACLKillSGID), "SetxattrACLKillSGID"},
 }
 
 func (fl SetxattrFlags) String() string {
-	return flagString(uint32(fl), setxattrFlagNames)
+	return flagString(uint64(fl), setxattrFlagNames)
 }
 
 type setxattrIn struct {
@@ -750,11 +754,11 @@ const (
 )
 
 var lockFlagNames = []flagName{
-	{uint32(LockFlock), "LockFlock"},
+	{uint64(LockFlock), "LockFlock"},
 }
 
 func (fl LockFlags) String() string {
-	return flagString(uint32(fl), lockFlagNames)
+	return flagString(uint64(fl), lockFlagNames)
 }
 
 type LockType uint32
@@ -816,6 +820,14 @@ type initIn struct {
 
 const initInSize = int(unsafe.Sizeof(initIn{}))
 
+// initInExt is initIn from protocol 7.36 on, when the kernel sets
+// InitInitExt: flags2 holds the upper 32 bits of the flags.
+type initInExt struct {
+	initIn
+	Flags2 uint32
+	_      [11]uint32
+}
+
 type initOut struct {
 	Major               uint32
 	Minor               uint32
@@ -834,7 +846,15 @@ type initOut struct {
 	// Set initOut.Flags.InitMaxPages when valid.
 	MaxPages     uint16
 	MapAlignment uint16
-	_            [8]uint32
+
+	// Protocol 7.36: the upper 32 bits of Flags, read by the kernel
+	// when Flags has InitInitExt.
+	Flags2 uint32
+	// Protocol 7.40: how deep file systems may be stacked below this
+	// one's backing files (passthrough); must be at least 1 with
+	// InitPassthrough.
+	MaxStackDepth uint32
+	_             [4]uint32
 }
 
 type interruptIn struct {
@@ -943,11 +963,11 @@ const (
 )
 
 var pollFlagNames = []flagName{
-	{uint32(PollScheduleNotify), "PollScheduleNotify"},
+	{uint64(PollScheduleNotify), "PollScheduleNotify"},
 }
 
 func (fl PollFlags) String() string {
-	return flagString(uint32(fl), pollFlagNames)
+	return flagString(uint64(fl), pollFlagNames)
 }
 
 type PollEvents uint32
@@ -971,22 +991,22 @@ const (
 )
 
 var pollEventNames = []flagName{
-	{uint32(PollIn), "PollIn"},
-	{uint32(PollPriority), "PollPriority"},
-	{uint32(PollOut), "PollOut"},
-	{uint32(PollError), "PollError"},
-	{uint32(PollHangup), "PollHangup"},
-	{uint32(PollInvalid), "PollInvalid"},
-	{uint32(PollReadNormal), "PollReadNormal"},
-	{uint32(PollReadOutOfBand), "PollReadOutOfBand"},
-	{uint32(PollWriteNormal), "PollWriteNormal"},
-	{uint32(PollWriteOutOfBand), "PollWriteOutOfBand"},
-	{uint32(PollMessage), "PollMessage"},
-	{uint32(PollReadHangup), "PollReadHangup"},
+	{uint64(PollIn), "PollIn"},
+	{uint64(PollPriority), "PollPriority"},
+	{uint64(PollOut), "PollOut"},
+	{uint64(PollError), "PollError"},
+	{uint64(PollHangup), "PollHangup"},
+	{uint64(PollInvalid), "PollInvalid"},
+	{uint64(PollReadNormal), "PollReadNormal"},
+	{uint64(PollReadOutOfBand), "PollReadOutOfBand"},
+	{uint64(PollWriteNormal), "PollWriteNormal"},
+	{uint64(PollWriteOutOfBand), "PollWriteOutOfBand"},
+	{uint64(PollMessage), "PollMessage"},
+	{uint64(PollReadHangup), "PollReadHangup"},
 }
 
 func (fl PollEvents) String() string {
-	return flagString(uint32(fl), pollEventNames)
+	return flagString(uint64(fl), pollEventNames)
 }
 
 type pollIn struct {
@@ -1021,20 +1041,20 @@ const (
 )
 
 var fAllocateFlagsNames = []flagName{
-	{uint32(FAllocatePunchHole), "FAllocatePunchHole"},
-	{uint32(FAllocateKeepSize), "FAllocateKeepSize"},
+	{uint64(FAllocatePunchHole), "FAllocatePunchHole"},
+	{uint64(FAllocateKeepSize), "FAllocateKeepSize"},
 
 	// Only including constants supported by FUSE kernel implementation.
 	//
-	// {uint32(FAllocateCollapseRange), "FAllocateCollapseRange"},
-	// {uint32(FAllocateInsertRange), "FAllocateInsertRange"},
-	// {uint32(FAllocateNoHideStale), "FAllocateNoHideStale"},
-	// {uint32(FAllocateUnshareRange), "FAllocateUnshareRange"},
-	// {uint32(FAllocateZeroRange), "FAllocateZeroRange"},
+	// {uint64(FAllocateCollapseRange), "FAllocateCollapseRange"},
+	// {uint64(FAllocateInsertRange), "FAllocateInsertRange"},
+	// {uint64(FAllocateNoHideStale), "FAllocateNoHideStale"},
+	// {uint64(FAllocateUnshareRange), "FAllocateUnshareRange"},
+	// {uint64(FAllocateZeroRange), "FAllocateZeroRange"},
 }
 
 func (fl FAllocateFlags) String() string {
-	return flagString(uint32(fl), fAllocateFlagsNames)
+	return flagString(uint64(fl), fAllocateFlagsNames)
 }
 
 type fAllocateIn struct {

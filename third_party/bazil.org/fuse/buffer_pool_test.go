@@ -1,0 +1,32 @@
+package fuse
+
+import (
+	"testing"
+	"unsafe"
+)
+
+// TestShrinkMessage: a request that fits a page is moved out of its
+// bufSize buffer (which a lock wait would otherwise hold for as long as it
+// waits); one that does not, a large write, keeps it. Each goes back to
+// the pool of its size.
+func TestShrinkMessage(t *testing.T) {
+	m := getMessage(nil)
+	if cap(m.buf) < bufSize {
+		t.Fatalf("read buffer of %d bytes, want %d", cap(m.buf), bufSize)
+	}
+	copy(m.buf, "0123456789")
+	sm := shrinkMessage(m, 10)
+	if cap(sm.buf) != smallBufSize || string(sm.buf[:10]) != "0123456789" {
+		t.Fatalf("small request: buffer of %d bytes holding %q", cap(sm.buf), sm.buf[:10])
+	}
+	if &sm.buf[0] != (*byte)(unsafe.Pointer(sm.hdr)) {
+		t.Fatal("header does not point into the small buffer")
+	}
+	putMessage(sm)
+
+	m = getMessage(nil)
+	if big := shrinkMessage(m, smallBufSize+1); big != m {
+		t.Fatal("a request larger than a page was copied")
+	}
+	putMessage(m)
+}
