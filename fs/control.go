@@ -2,8 +2,8 @@ package fs
 
 import (
 	"context"
+	"encoding/binary"
 	"hash/fnv"
-	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,49 +59,34 @@ type controlState struct {
 	nodes map[nodeKey]*controlNode
 }
 
-// nodeKey names a control file: its directory, as the directory's path
-// relative to the mount root when it was looked up, and its kind.
+// nodeKey names a control file: its directory node and its kind. The key
+// is the node, not the directory's path: a control file belongs to its
+// directory wherever a rename takes it, and a new directory made under an
+// old name gets control files of its own (the lock is always that of the
+// directory's current path: controlNode.lockID).
 type nodeKey struct {
-	dir  string
+	dir  *Dir
 	kind lockmgr.Kind
 }
 
-// controlStates holds each FS's controlState. The FS struct belongs to the
-// passthrough half of the package; keeping the control state beside it lets
-// the two halves change independently. Serve drops the entry on return.
-var controlStates sync.Map // *FS -> *controlState
-
-// control returns f's control state, creating it on first use.
-func (f *FS) control() *controlState {
-	if c, ok := controlStates.Load(f); ok {
-		return c.(*controlState)
-	}
-	log := f.log
-	if log == nil {
-		l := logrus.New()
-		l.Out = io.Discard
-		log = l
-	}
-	c, _ := controlStates.LoadOrStore(f, &controlState{
-		engine:     f.cfg.Engine,
+// newControlState returns the control state of a mount over engine.
+func newControlState(engine *lockmgr.Engine, log logrus.FieldLogger) *controlState {
+	return &controlState{
+		engine:     engine,
 		log:        log,
 		interrupts: newInterruptTracker(nil),
 		nodes:      make(map[nodeKey]*controlNode),
-	})
-	return c.(*controlState)
+	}
 }
-
-// dropControlState forgets f's control state.
-func dropControlState(f *FS) { controlStates.Delete(f) }
 
 // controlNode returns the node of the control file of kind in directory d.
 // Lookup calls it for the reserved names.
 func (f *FS) controlNode(d *Dir, kind lockmgr.Kind) fusefs.Node {
-	return f.control().node(d, kind)
+	return f.ctl.node(d, kind)
 }
 
 func (c *controlState) node(d *Dir, kind lockmgr.Kind) *controlNode {
-	key := nodeKey{dir: cleanDirPath(d.relPath()), kind: kind}
+	key := nodeKey{dir: d, kind: kind}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if n := c.nodes[key]; n != nil {
@@ -112,7 +97,7 @@ func (c *controlState) node(d *Dir, kind lockmgr.Kind) *controlNode {
 		dir:    d,
 		kind:   kind,
 		key:    key,
-		inode:  controlInode(key),
+		inode:  controlInode(d.key, kind),
 		owners: make(map[lockmgr.Owner]ownerRecord),
 	}
 	c.nodes[key] = n
@@ -128,12 +113,17 @@ func cleanDirPath(p string) string {
 	return p
 }
 
-// controlInode derives a stable inode number from the directory path and
-// the kind. Numbers 0 and 1 are avoided (1 is the root).
-func controlInode(key nodeKey) uint64 {
+// controlInode derives a stable inode number from the directory's backing
+// inode and the kind, so that it survives renames. Numbers 0 and 1 are
+// avoided (1 is the root).
+func controlInode(dir inodeKey, kind lockmgr.Kind) uint64 {
 	h := fnv.New64a()
-	_, _ = io.WriteString(h, key.dir)
-	_, _ = h.Write([]byte{0, byte(key.kind)})
+	var b [25]byte
+	binary.LittleEndian.PutUint64(b[0:], dir.dev)
+	binary.LittleEndian.PutUint64(b[8:], dir.ino)
+	binary.LittleEndian.PutUint64(b[16:], uint64(dir.btime))
+	b[24] = byte(kind)
+	_, _ = h.Write(b[:])
 	ino := h.Sum64()
 	if ino < 2 {
 		ino += 2
@@ -347,7 +337,7 @@ func (h *controlHandle) noteText() string {
 // Note returns what owner's descriptor wrote to the control file of lock
 // id, "" if nothing; for status output outside the mount (lockfs status).
 func (f *FS) Note(id lockmgr.LockID, owner lockmgr.Owner) string {
-	c := f.control()
+	c := f.ctl
 	c.mu.Lock()
 	var nodes []*controlNode
 	for key, n := range c.nodes {

@@ -120,7 +120,7 @@ func (d *Dir) Symlink(ctx context.Context, req *fuse.SymlinkRequest) (fusefs.Nod
 // names are refused with EEXIST.
 func (d *Dir) makeEntry(op, name string, hdr *fuse.Header, perm uint32, openFlags, rmFlags int, mk func(dirFd int) error) (passNode, inodeStat, error) {
 	var st inodeStat
-	if isReserved(name) {
+	if d.fs.isReserved(name) {
 		return nil, st, d.fs.refuse(op, d.childPath(name), syscall.EEXIST, "reserved name")
 	}
 	if err := checkName(name); err != nil {
@@ -168,7 +168,7 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 		}
 		return n, h, nil
 	}
-	if backingNames[name] {
+	if d.fs.isBacking(name) {
 		if excl {
 			return nil, nil, d.fs.refuse("create", d.childPath(name), syscall.EEXIST, "reserved name")
 		}

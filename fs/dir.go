@@ -62,7 +62,7 @@ func (d *Dir) Lookup(ctx context.Context, req *fuse.LookupRequest, resp *fuse.Lo
 		resp.EntryValid = entryValid
 		return d.fs.controlNode(d, kind), nil
 	}
-	if backingNames[name] {
+	if d.fs.isBacking(name) {
 		return nil, syscall.ENOENT
 	}
 	if err := checkName(name); err != nil {
@@ -122,7 +122,9 @@ var (
 )
 
 // ReadDirAll lists the directory from its start: the backing entries but
-// the reserved names, then the three control files.
+// the reserved names, then, with Config.ListControlFiles, the three control
+// files. By default they are found by name only (SPEC §1), so that tools
+// that walk trees (rm -rf, cp -a, tar, find) do not meet them.
 func (h *dirHandle) ReadDirAll(ctx context.Context) ([]fuse.Dirent, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -130,17 +132,19 @@ func (h *dirHandle) ReadDirAll(ctx context.Context) ([]fuse.Dirent, error) {
 		return nil, h.d.fs.fail("readdir", h.d.path(), err)
 	}
 	var out []fuse.Dirent
-	err := getdents(h.of.fd, 32<<10, func(buf []byte) { out = appendDirents(out, buf) })
+	f := h.d.fs
+	err := getdents(h.of.fd, 32<<10, func(buf []byte) { out = f.appendDirents(out, buf) })
 	if err != nil {
-		return nil, h.d.fs.fail("readdir", h.d.path(), err)
+		return nil, f.fail("readdir", h.d.path(), err)
+	}
+	if !f.cfg.ListControlFiles {
+		return out, nil
 	}
 	// The control files, with the inode numbers their nodes report
 	// (control.go), so that readdir and stat agree.
-	dir := cleanDirPath(h.d.relPath())
 	for _, name := range []string{".lock", ".lock_newdir", ".lock_usage"} {
 		kind, _ := controlKind(name)
-		ino := controlInode(nodeKey{dir: dir, kind: kind})
-		out = append(out, fuse.Dirent{Name: name, Type: fuse.DT_File, Inode: ino})
+		out = append(out, fuse.Dirent{Name: name, Type: fuse.DT_File, Inode: controlInode(h.d.key, kind)})
 	}
 	return out, nil
 }
@@ -166,7 +170,7 @@ func getdents(fd, bufSize int, fn func(buf []byte)) error {
 }
 
 // appendDirents parses linux_dirent64 records, leaving out reserved names.
-func appendDirents(out []fuse.Dirent, buf []byte) []fuse.Dirent {
+func (f *FS) appendDirents(out []fuse.Dirent, buf []byte) []fuse.Dirent {
 	for len(buf) >= 19 {
 		ino := binary.NativeEndian.Uint64(buf[0:8])
 		reclen := int(binary.NativeEndian.Uint16(buf[16:18]))
@@ -183,7 +187,7 @@ func appendDirents(out []fuse.Dirent, buf []byte) []fuse.Dirent {
 		}
 		name := string(nameb)
 		buf = buf[reclen:]
-		if isReserved(name) {
+		if f.isReserved(name) {
 			continue
 		}
 		out = append(out, fuse.Dirent{Inode: ino, Type: fuse.DirentType(typ), Name: name})

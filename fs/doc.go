@@ -42,8 +42,11 @@
 // only the owner of an entry, the owner of the directory or root may remove
 // or rename it.
 //
-// Reserved names: the control names appear in every directory and shadow
-// any file of that name in SOURCE; the local backend's files (..LOCK,
+// Reserved names: the control names exist in every directory and shadow
+// any file of that name in SOURCE. They are found by name only: readdir
+// lists them only with Config.ListControlFiles (SPEC §1), so that tools
+// that walk trees never meet them. The files the lock backend keeps in
+// SOURCE (lockmgr.Engine.SourceNames: the local backend's ..LOCK,
 // ..LOCK_NEWDIR, ..LOCK_USAGE) are never listed and never found. Removing,
 // renaming or linking a control file, and renaming onto or linking to a
 // backing name, fail with EPERM; mkdir, mknod, symlink and O_EXCL create

@@ -33,22 +33,19 @@ type Config struct {
 	// ObserveOp, if set, is told how long each FUSE request took to
 	// answer, by operation ("lookup", "lockwait"...), for metrics.
 	ObserveOp func(op string, took time.Duration)
+	// ListControlFiles makes readdir list the control files of every
+	// directory. By default they are found by name only (SPEC §1).
+	ListControlFiles bool
 }
 
-// Reserved names. The control files appear in every directory; the backing
-// files of the local backend are never visible through the mount.
-var (
-	controlNames = map[string]lockmgr.Kind{
-		".lock":        lockmgr.KindDir,
-		".lock_newdir": lockmgr.KindNewDir,
-		".lock_usage":  lockmgr.KindUsage,
-	}
-	backingNames = map[string]bool{
-		"..LOCK":        true,
-		"..LOCK_NEWDIR": true,
-		"..LOCK_USAGE":  true,
-	}
-)
+// Reserved names. The control files appear in every directory; the files
+// the lock backend keeps in SOURCE (the local backend's ..LOCK files, see
+// FS.backing) are never visible through the mount.
+var controlNames = map[string]lockmgr.Kind{
+	".lock":        lockmgr.KindDir,
+	".lock_newdir": lockmgr.KindNewDir,
+	".lock_usage":  lockmgr.KindUsage,
+}
 
 // controlKind reports whether name is a control file, and which lock it takes.
 func controlKind(name string) (lockmgr.Kind, bool) {
@@ -56,11 +53,17 @@ func controlKind(name string) (lockmgr.Kind, bool) {
 	return k, ok
 }
 
+// isBacking reports whether name is one of the files the lock backend keeps
+// in the directories of SOURCE.
+func (f *FS) isBacking(name string) bool {
+	return f.backing[name]
+}
+
 // isReserved reports whether name may not be created, removed or renamed
 // through the mount: a control file or a backing file.
-func isReserved(name string) bool {
+func (f *FS) isReserved(name string) bool {
 	_, ok := controlNames[name]
-	return ok || backingNames[name]
+	return ok || f.backing[name]
 }
 
 // Kernel cache validity (see "# Caching" in doc.go). Variables only so
@@ -105,6 +108,11 @@ type FS struct {
 	// asRoot is true when the daemon runs as root: it then gives new files
 	// to the uid and gid of the process that created them.
 	asRoot bool
+	// backing holds the names the lock backend keeps in the directories
+	// of SOURCE (lockmgr.Engine.SourceNames), which the mount hides.
+	backing map[string]bool
+	// ctl is the control-file half of the mount (control.go).
+	ctl *controlState
 
 	// Mutable state
 
@@ -171,6 +179,13 @@ func New(cfg Config) (*FS, error) {
 		owners: make(map[ownerKey]*fileLockOwner),
 		stale:  make(map[string]time.Time),
 	}
+	f.backing = make(map[string]bool)
+	if cfg.Engine != nil {
+		for _, name := range cfg.Engine.SourceNames() {
+			f.backing[name] = true
+		}
+	}
+	f.ctl = newControlState(cfg.Engine, log)
 	f.root = &Dir{node: node{fs: f, key: keyOf(&st), ftype: unix.S_IFDIR}}
 	f.nodes[f.root.key] = f.root
 	return f, nil

@@ -177,7 +177,7 @@ func (t *interruptTracker) counts() (active, pending int) {
 // needs: pass it to fusefs.New. It installs the interrupt tracker and the
 // entry attributes (attr.go).
 func (f *FS) ServerConfig() *fusefs.Config {
-	interrupts := f.control().interrupts.withContext
+	interrupts := f.ctl.interrupts.withContext
 	track := func(ctx context.Context, req fuse.Request) context.Context {
 		return interrupts(withEntryAttr(ctx, req), req)
 	}
@@ -210,6 +210,5 @@ func opName(req fuse.Request) string {
 // ends when its process is interrupted or when the engine closes: close the
 // engine after unmounting so that Serve can return.
 func Serve(conn *fuse.Conn, f *FS) error {
-	defer dropControlState(f)
 	return fusefs.New(conn, f.ServerConfig()).Serve(f)
 }

@@ -21,7 +21,7 @@ func (d *Dir) Remove(ctx context.Context, req *fuse.RemoveRequest) error {
 	if req.Dir {
 		op = "rmdir"
 	}
-	if isReserved(name) {
+	if d.fs.isReserved(name) {
 		return d.fs.refuse(op, d.childPath(name), syscall.EPERM, "reserved name")
 	}
 	if err := checkName(name); err != nil {
@@ -43,7 +43,7 @@ func (d *Dir) Remove(ctx context.Context, req *fuse.RemoveRequest) error {
 			return err
 		}
 		// Perhaps empty but for the hidden backing files (rmdir.go).
-		if err := removeBackingFiles(dirFd, name, &st); err != nil {
+		if err := d.fs.removeBackingFiles(dirFd, name, &st); err != nil {
 			return err
 		}
 		return unix.Unlinkat(dirFd, name, unix.AT_REMOVEDIR)
@@ -89,7 +89,7 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 		return syscall.EXDEV
 	}
 	oldName, newName := req.OldName, req.NewName
-	if isReserved(oldName) || isReserved(newName) {
+	if d.fs.isReserved(oldName) || d.fs.isReserved(newName) {
 		return d.fs.refuse("rename", d.childPath(oldName)+" -> "+nd.childPath(newName), syscall.EPERM, "reserved name")
 	}
 	if err := checkName(oldName); err != nil {
@@ -124,7 +124,7 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 			}
 			// A target directory perhaps empty but for the hidden
 			// backing files (rmdir.go).
-			if err := removeBackingFiles(newFd, newName, &tst); err != nil {
+			if err := d.fs.removeBackingFiles(newFd, newName, &tst); err != nil {
 				return err
 			}
 			return unix.Renameat(oldFd, oldName, newFd, newName)
@@ -162,7 +162,7 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 // control file).
 func (d *Dir) Link(ctx context.Context, req *fuse.LinkRequest, old fusefs.Node) (fusefs.Node, error) {
 	name := req.NewName
-	if isReserved(name) {
+	if d.fs.isReserved(name) {
 		return nil, d.fs.refuse("link", d.childPath(name), syscall.EPERM, "reserved name")
 	}
 	if err := checkName(name); err != nil {

@@ -12,11 +12,14 @@ import (
 	"bazil.org/fuse"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/localbackend"
+	"github.com/lockfs/lockfs/lockmgr"
 )
 
-// The passthrough tests mount lockfs in process over a fresh SOURCE, with
-// no lock engine (they never lock a control file), and drive the mount
-// with ordinary system calls and real processes.
+// The passthrough tests mount lockfs in process over a fresh SOURCE, with a
+// lock engine over the local backend as lockfs mount has, and drive the
+// mount with ordinary system calls and real processes.
 
 // ptMount is one mounted passthrough.
 type ptMount struct {
@@ -96,8 +99,10 @@ func newPTMount(t testing.TB) *ptMount {
 	return newPTMountAt(t, src, mnt)
 }
 
-// newPTMountAt mounts the existing directory src at the existing mnt.
-func newPTMountAt(t testing.TB, src, mnt string) *ptMount {
+// newPTMountAt mounts the existing directory src at the existing mnt, with
+// a lock engine over the local backend (whose backing names the mount
+// hides); opts adjust the configuration.
+func newPTMountAt(t testing.TB, src, mnt string, opts ...func(*Config)) *ptMount {
 	t.Helper()
 	ptRequireFUSE(t)
 	log := logrus.New()
@@ -108,13 +113,33 @@ func newPTMountAt(t testing.TB, src, mnt string) *ptMount {
 	}
 	msgs := &msgCounter{n: map[string]int{}}
 	log.AddHook(msgs)
-	f, err := New(Config{Source: src, Logger: log})
+	be, err := localbackend.New(localbackend.Config{Source: src, Logger: log})
 	if err != nil {
+		t.Fatal(err)
+	}
+	procs, err := lockmgr.NewProcTree(lockmgr.ProcTreeConfig{})
+	if err != nil {
+		be.Close()
+		t.Fatal(err)
+	}
+	eng, err := lockmgr.New(lockmgr.Config{Backend: be, Processes: procs, Logger: log, Host: "testhost"})
+	if err != nil {
+		be.Close()
+		t.Fatal(err)
+	}
+	cfg := Config{Source: src, Logger: log, Engine: eng}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	f, err := New(cfg)
+	if err != nil {
+		eng.Close()
 		t.Fatal(err)
 	}
 	conn, err := fuse.Mount(mnt, MountOptions("lockfs-test", true)...)
 	if err != nil {
 		f.Close()
+		eng.Close()
 		if os.Getenv("CI") != "true" {
 			t.Skipf("mount: %v", err)
 		}
@@ -135,6 +160,10 @@ func newPTMountAt(t testing.TB, src, mnt string) *ptMount {
 			if out, err := exec.Command("fusermount3", "-uz", mnt).CombinedOutput(); err != nil {
 				t.Errorf("fusermount3 -uz %s: %v: %s", mnt, err, out)
 			}
+		}
+		// Lock waits still in flight end when the engine closes.
+		if err := eng.Close(); err != nil {
+			t.Errorf("engine close: %v", err)
 		}
 		select {
 		case err := <-served:

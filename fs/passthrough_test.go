@@ -16,35 +16,44 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestPTReservedNames(t *testing.T) {
-	m := newPTMount(t)
+// ptListed returns the sorted names readdir lists in dir.
+func ptListed(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+		if _, ok := controlKind(e.Name()); ok && !e.Type().IsRegular() {
+			t.Errorf("%s/%s listed as %v, want a regular file", dir, e.Name(), e.Type())
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// TestPTControlFilesListedOnRequest: with ListControlFiles, readdir lists
+// the three control files of every directory, with the inode numbers stat
+// gives them; the backing names stay hidden.
+func TestPTControlFilesListedOnRequest(t *testing.T) {
+	src, mnt := t.TempDir(), t.TempDir()
+	m := newPTMountAt(t, src, mnt, func(c *Config) { c.ListControlFiles = true })
 	if err := os.Mkdir(m.s("d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// A backing file of the local backend, as the lock engine would make.
 	if err := os.WriteFile(m.s("d/..LOCK"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, dir := range []string{"", "d"} {
-		ents, err := os.ReadDir(filepath.Join(m.mnt, dir))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, e := range ents {
-			names = append(names, e.Name())
-			if isReserved(e.Name()) && !e.Type().IsRegular() {
-				t.Errorf("%s/%s listed as %v, want a regular file", dir, e.Name(), e.Type())
-			}
-		}
-		sort.Strings(names)
 		want := []string{".lock", ".lock_newdir", ".lock_usage"}
 		if dir == "" {
 			want = append(want, "d")
 		}
 		sort.Strings(want)
-		if strings.Join(names, " ") != strings.Join(want, " ") {
-			t.Errorf("readdir %q = %q, want %q", dir, names, want)
+		if got := ptListed(t, filepath.Join(m.mnt, dir)); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("readdir %q = %q, want %q", dir, got, want)
 		}
 	}
 	// readdir and stat give a control file the same inode number.
@@ -59,7 +68,6 @@ func TestPTReservedNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := 0
-	// (appendDirents leaves reserved names out: parse linux_dirent64 here.)
 	for off := 0; off < n; {
 		ino := binary.NativeEndian.Uint64(buf[off:])
 		reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
@@ -75,6 +83,30 @@ func TestPTReservedNames(t *testing.T) {
 	}
 	if seen != 3 {
 		t.Errorf("readdir listed %d control files, want 3", seen)
+	}
+}
+
+func TestPTReservedNames(t *testing.T) {
+	m := newPTMount(t)
+	if err := os.Mkdir(m.s("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A backing file of the local backend, as the lock engine would make.
+	if err := os.WriteFile(m.s("d/..LOCK"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// By default readdir lists neither the control files nor the backing
+	// files (SPEC §1), while stat finds the control files by name.
+	if got := ptListed(t, m.mnt); strings.Join(got, " ") != "d" {
+		t.Errorf("readdir of the root = %q, want [d]", got)
+	}
+	if got := ptListed(t, m.m("d")); len(got) != 0 {
+		t.Errorf("readdir of d = %q, want nothing", got)
+	}
+	for _, name := range []string{".lock", ".lock_newdir", ".lock_usage"} {
+		if st := lstat(t, m.m("d/"+name)); st.Mode&unix.S_IFMT != unix.S_IFREG {
+			t.Errorf("stat d/%s: mode %#o, want a regular file", name, st.Mode)
+		}
 	}
 	if _, err := os.Lstat(m.m("d/..LOCK")); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("lstat of a backing name: %v, want ENOENT", err)

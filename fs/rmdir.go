@@ -63,7 +63,7 @@ func backingRefusal(err error) (errno syscall.Errno, why string, ok bool) {
 // trying again, ENOTEMPTY when the directory holds anything else (nothing
 // is removed then), errLockHeld or errNotBackingFile (nothing is removed
 // either), or the error of a backing operation.
-func removeBackingFiles(dirFd int, name string, st *inodeStat) error {
+func (f *FS) removeBackingFiles(dirFd int, name string, st *inodeStat) error {
 	fd, err := openBeneath(dirFd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
@@ -82,7 +82,7 @@ func removeBackingFiles(dirFd int, name string, st *inodeStat) error {
 		return err
 	}
 	for _, n := range names {
-		if !backingNames[n] {
+		if !f.isBacking(n) {
 			return unix.ENOTEMPTY
 		}
 	}

@@ -32,10 +32,10 @@ func BackingName(k lockmgr.Kind) string {
 	return dirLockName
 }
 
-// IsBackingName reports whether name is one of the backing file names, which
-// the mount must hide and refuse to create.
-func IsBackingName(name string) bool {
-	return name == dirLockName || name == newDirLockName || name == usageLockName
+// SourceNames returns the backing file names, which the mount must hide and
+// refuse to create (lockmgr.SourceNamer).
+func (b *Backend) SourceNames() []string {
+	return []string{dirLockName, newDirLockName, usageLockName}
 }
 
 // backingPath returns the path of id's backing file relative to SOURCE, or an

@@ -71,6 +71,7 @@ type mountFlags struct {
 	adminDir    string
 	slowWait    time.Duration
 	readaheadKB int
+	listCtl     bool
 	gcs         gcsFlags
 }
 
@@ -87,6 +88,7 @@ func addMountFlags(fs *pflag.FlagSet, mf *mountFlags) {
 	fs.StringVar(&mf.adminDir, "admin-dir", admin.SocketDir, "directory of the admin socket that lockfs status and lockfs break use")
 	durationVarP(fs, &mf.slowWait, "log-wait-over", "", time.Second, "log every grant that waited longer than this (0: never)")
 	fs.IntVar(&mf.readaheadKB, "readahead-kb", defaultReadaheadKB, "kernel readahead of the mount in KiB, for sequential reads (FUSE's default is 128; 0: leave it; needs root)")
+	fs.BoolVar(&mf.listCtl, "list-control-files", false, "list .lock, .lock_newdir and .lock_usage in readdir (by default they are found by name only)")
 	fs.StringVar(&mf.gcs.bucket, "gcs-bucket", "", "gcs backend: the bucket holding the lock leases")
 	fs.StringVar(&mf.gcs.prefix, "gcs-prefix", "", "gcs backend: object name prefix, so one bucket can hold several namespaces")
 	fs.StringVar(&mf.gcs.endpoint, "gcs-endpoint", "", "gcs backend: a GCS emulator's JSON API URL (turns authentication off); empty = real GCS with Application Default Credentials")
@@ -240,7 +242,7 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 		return nil, err
 	}
 	undo = append(undo, func() { engine.Close() })
-	f, err := fs.New(fs.Config{Source: paths.source, Engine: engine, Logger: log, Host: host, ObserveOp: m.FUSEOp})
+	f, err := fs.New(fs.Config{Source: paths.source, Engine: engine, Logger: log, Host: host, ObserveOp: m.FUSEOp, ListControlFiles: mf.listCtl})
 	if err != nil {
 		return nil, err
 	}
