@@ -19,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/localbackend"
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -399,18 +400,6 @@ func (p *ctlPy) kill() {
 	}
 }
 
-// eventually polls cond until it holds or 10 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestControlFilesAppearEverywhere(t *testing.T) {
 	m := newCtlMount(t)
 	m.mkdir("a/b")
@@ -440,7 +429,7 @@ func TestControlFilesAppearEverywhere(t *testing.T) {
 	if err := os.Chown(filepath.Join(m.src, "a"), 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the owner of a/.lock to follow a's", func() bool {
+	testutil.Eventually(t, "the owner of a/.lock to follow a's", func() bool {
 		fi, err := os.Stat(m.path("a/.lock"))
 		return err == nil && fi.Sys().(*syscall.Stat_t).Uid == 65534
 	})

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -74,9 +75,9 @@ func TestFlockWaitTimesOutAndLeavesNothing(t *testing.T) {
 	waiter := startPy(t, 0, 0)
 	waiter.must("ok", "open f %s", f)
 	waiter.send("flock f ex")
-	eventually(t, "the waiter to queue", func() bool { return strings.Contains(m.status("a/.lock"), "\nwaiters 1\n") })
+	testutil.Eventually(t, "the waiter to queue", func() bool { return strings.Contains(m.status("a/.lock"), "\nwaiters 1\n") })
 	waiter.kill()
-	eventually(t, "the killed waiter to leave the queue", func() bool {
+	testutil.Eventually(t, "the killed waiter to leave the queue", func() bool {
 		return strings.Contains(m.status("a/.lock"), "\nwaiters 0\n")
 	})
 
@@ -93,7 +94,7 @@ func TestFlockWaitTimesOutAndLeavesNothing(t *testing.T) {
 		t.Errorf("after the timed-out waiter:\n%s", st)
 	}
 	syscall.Kill(-holder, syscall.SIGKILL)
-	eventually(t, "the lock to be free", func() bool { return flockNB(t, "-x", f) })
+	testutil.Eventually(t, "the lock to be free", func() bool { return flockNB(t, "-x", f) })
 	if st := m.status("a/.lock"); strings.Contains(st, "holder") || !strings.Contains(st, "\nmode none\n") {
 		t.Errorf("after everyone left:\n%s", st)
 	}
@@ -156,7 +157,7 @@ func TestPOSIXReleasedAtAnyCloseOFDAtLast(t *testing.T) {
 		t.Fatal("lockf lock not held")
 	}
 	p.must("ok", "close other")
-	eventually(t, "the POSIX lock to go at the close of another descriptor", func() bool { return flockNB(t, "-x", f) })
+	testutil.Eventually(t, "the POSIX lock to go at the close of another descriptor", func() bool { return flockNB(t, "-x", f) })
 
 	// OFD: closing another descriptor keeps it; the last close drops it.
 	g := m.path("b/.lock")
@@ -169,7 +170,7 @@ func TestPOSIXReleasedAtAnyCloseOFDAtLast(t *testing.T) {
 		t.Fatal("the OFD lock went at the close of another open file description")
 	}
 	p.must("ok", "close o")
-	eventually(t, "the OFD lock to go at its last close", func() bool { return flockNB(t, "-x", g) })
+	testutil.Eventually(t, "the OFD lock to go at its last close", func() bool { return flockNB(t, "-x", g) })
 }
 
 func TestGetlk(t *testing.T) {
@@ -232,7 +233,7 @@ func TestKilledWaitersNeverStick(t *testing.T) {
 	for i := range stuck {
 		t.Errorf("waiter %d did not die within 5 s of SIGKILL", i)
 	}
-	eventually(t, "no waiters left", func() bool { return strings.Contains(m.status("a/.lock"), "\nwaiters 0\n") })
+	testutil.Eventually(t, "no waiters left", func() bool { return strings.Contains(m.status("a/.lock"), "\nwaiters 0\n") })
 }
 
 // killAfter starts a command, SIGKILLs it after d, and reports whether it

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // rmdir (and rename over a directory) through the mount, where SOURCE
@@ -56,7 +58,7 @@ func TestRmdirRemovesBackingFiles(t *testing.T) {
 		if !exists(t, p) {
 			t.Fatalf("SOURCE/d/%s was not made by the lock; the test proves nothing", n)
 		}
-		eventually(t, n+" released", func() bool { return backingFree(p) })
+		testutil.Eventually(t, n+" released", func() bool { return backingFree(p) })
 	}
 	if err := unix.Rmdir(m.path("d")); err != nil {
 		t.Fatalf("rmdir of a directory that only ever was locked: %v", err)
@@ -92,7 +94,7 @@ func TestRmdirBusyWhileLockedThroughMount(t *testing.T) {
 		}
 		syscall.Kill(-pid, syscall.SIGKILL)
 		for _, n := range []string{"..LOCK", "..LOCK_NEWDIR"} {
-			eventually(t, n+" released", func() bool { return backingFree(m.src + "/d/" + n) })
+			testutil.Eventually(t, n+" released", func() bool { return backingFree(m.src + "/d/" + n) })
 		}
 		if err := unix.Rmdir(m.path("d")); err != nil {
 			t.Fatalf("flock %s d/%s: rmdir after the holder exited: %v", c.mode, c.file, err)
@@ -115,7 +117,7 @@ func TestRmdirBusyWhileLockedOnSource(t *testing.T) {
 		t.Fatal("a refused rmdir removed SOURCE/d/..LOCK or SOURCE/d")
 	}
 	syscall.Kill(-pid, syscall.SIGKILL)
-	eventually(t, "..LOCK released", func() bool { return backingFree(m.src + "/d/..LOCK") })
+	testutil.Eventually(t, "..LOCK released", func() bool { return backingFree(m.src + "/d/..LOCK") })
 	if err := unix.Rmdir(m.path("d")); err != nil {
 		t.Fatalf("rmdir after the holder exited: %v", err)
 	}
@@ -128,7 +130,7 @@ func TestRmdirNotEmptyRemovesNothing(t *testing.T) {
 		if code, out := runExit(t, 10*time.Second, "flock", m.path(d+"/.lock"), "true"); code != 0 {
 			t.Fatalf("flock %s/.lock: exit %d: %s", d, code, out)
 		}
-		eventually(t, d+"/..LOCK released", func() bool { return backingFree(m.src + "/" + d + "/..LOCK") })
+		testutil.Eventually(t, d+"/..LOCK released", func() bool { return backingFree(m.src + "/" + d + "/..LOCK") })
 	}
 	// d holds a real file; e holds something under a backing name that
 	// is not a lock file.
@@ -161,7 +163,7 @@ func TestRenameOverLockedOnlyDirectory(t *testing.T) {
 		if code, out := runExit(t, 10*time.Second, "flock", m.path(d+"/.lock"), "true"); code != 0 {
 			t.Fatalf("flock %s/.lock: exit %d: %s", d, code, out)
 		}
-		eventually(t, d+"/..LOCK released", func() bool { return backingFree(m.src + "/" + d + "/..LOCK") })
+		testutil.Eventually(t, d+"/..LOCK released", func() bool { return backingFree(m.src + "/" + d + "/..LOCK") })
 	}
 	// b looks empty and is free: replaced. (os.Rename refuses any
 	// directory target itself: rename(2) directly.)

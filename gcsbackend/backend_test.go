@@ -8,13 +8,14 @@ import (
 
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
 // Two backends ("hosts") on one bucket: exclusive excludes everything,
 // shared claims coexist, a release lets the other in, and tokens grow.
 func TestClaimsAcrossHosts(t *testing.T) {
-	leakCheck(t)
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	a := newBackend(t, emu, nil)
 	b := newBackend(t, emu, nil)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -26,7 +27,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // TTL/3, lost once TTL-margin has passed since the last refresh was sent;
 // and reading as lost at once even before the refresher runs.
 func TestLeaseLifeOnFakeClock(t *testing.T) {
-	leakCheck(t)
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	clock := gcstest.NewFakeClock(time.Hour)
 	b := newBackend(t, emu, func(c *gcsbackend.Config) { c.TTL = 30 * time.Second; c.Clock = clock })
@@ -81,7 +82,7 @@ func TestLeaseLifeOnFakeClock(t *testing.T) {
 // TTL + refresh interval (40s at a 30s TTL), and not a millisecond less;
 // a refresh seen meanwhile starts the count over.
 func TestObservedExpiryOnFakeClock(t *testing.T) {
-	leakCheck(t)
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	ca, cb := gcstest.NewFakeClock(time.Hour), gcstest.NewFakeClock(5*time.Hour)
 	a := newBackend(t, emu, func(c *gcsbackend.Config) { c.TTL = 30 * time.Second; c.Clock = ca })

@@ -10,6 +10,7 @@ import (
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/gcsbackend/faultproxy"
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -81,7 +82,7 @@ func TestObjectNames(t *testing.T) {
 
 // A clean Close releases every claim: the other host gets each at once.
 func TestCloseReleases(t *testing.T) {
-	leakCheck(t)
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	a := newBackend(t, emu, nil)
 	b := newBackend(t, emu, nil)
@@ -119,7 +120,7 @@ func TestCloseReleases(t *testing.T) {
 // (ENOLCK) after 3s without wait, after UnavailableAfter with it; once GCS
 // answers again, the same claim succeeds (the control).
 func TestUnavailable(t *testing.T) {
-	leakCheck(t)
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	px, err := faultproxy.New(emu.URL, 3, faultproxy.Faults{Unavailable: 1})
 	if err != nil {

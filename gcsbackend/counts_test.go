@@ -6,6 +6,7 @@ import (
 
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -13,7 +14,7 @@ import (
 // that a hand-off between two local processes costs nothing while the lease
 // is held, and how many writes a held lease makes per TTL.
 func TestRequestCounts(t *testing.T) {
-	leakCheck(t)
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	b := newBackend(t, emu, nil)
 	ctx := ctxT(t, 60*time.Second)
@@ -83,7 +84,7 @@ func TestRequestCounts(t *testing.T) {
 
 // A held lease refreshes about three times per TTL, with writes only.
 func TestRefreshesPerTTL(t *testing.T) {
-	leakCheck(t)
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	const ttl = 900 * time.Millisecond
 	b := newBackend(t, emu, func(c *gcsbackend.Config) { c.TTL = ttl })

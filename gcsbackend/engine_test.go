@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -13,7 +14,7 @@ import (
 // hierarchy holds across hosts both ways, because every implicit ancestor
 // hold is a claim on the ancestor's lock.
 func TestEnginesAcrossHosts(t *testing.T) {
-	leakCheck(t)
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	ea := newEngine(t, newBackend(t, emu, nil), nil)
 	eb := newEngine(t, newBackend(t, emu, nil), nil)

@@ -15,6 +15,7 @@ import (
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/gcsbackend/faultproxy"
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -24,7 +25,7 @@ import (
 // it. Both get their lock after the TTL and within TTL + 2s of the kill,
 // never before.
 func TestCrashTakeover(t *testing.T) {
-	leakCheck(t)
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	prefix := "test/" + t.Name() + "/"
 	cmd, _, _ := startHolder(t, emu, prefix, "x,y")
@@ -101,7 +102,7 @@ func TestCrashTakeover(t *testing.T) {
 // other host get the lock, with a higher token; and the cut-off host,
 // reconnected, releases its lost hold without disturbing the new holder.
 func TestPartitionedHostLosesLease(t *testing.T) {
-	leakCheck(t)
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	px, err := faultproxy.New(emu.URL, 1, faultproxy.Faults{})
 	if err != nil {
@@ -235,7 +236,7 @@ func startHolder(t *testing.T, emu *gcstest.Emulator, prefix, locks string) (*ex
 // higher token; the resumed holder reports its lease lost at once and does
 // not disturb the new holder.
 func TestStoppedHolderLosesLease(t *testing.T) {
-	leakCheck(t)
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	prefix := "test/" + t.Name() + "/"
 	cmd, tokA, lines := startHolder(t, emu, prefix, "s")

@@ -13,6 +13,7 @@ import (
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/gcsbackend/faultproxy"
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -25,7 +26,7 @@ import (
 // checker can fail is the wall-clock expiry case of
 // TestClockOffsetChangesNothing, which uses the same checker.
 func TestFaultInjection(t *testing.T) {
-	leakCheck(t)
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	faults := faultproxy.Faults{RateLimited: 0.05, Unavailable: 0.05, Reset: 0.01, LostReply: 0.01,
 		LatencyRate: 0.2, Latency: 30 * time.Millisecond}

@@ -3,7 +3,6 @@ package gcsbackend_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,36 +19,6 @@ import (
 // testTTL is the short lease TTL of the multi-host tests: refresh every 1s,
 // vouching for 2.7s after a refresh is sent, stale after 4s unchanged.
 const testTTL = 3 * time.Second
-
-// leakCheck fails t if a goroutine of the backend outlives the test. Call it
-// first, so that its cleanup runs after every other.
-func leakCheck(t *testing.T) {
-	t.Helper()
-	t.Cleanup(func() {
-		var stacks string
-		for i := 0; i < 100; i++ {
-			stacks = ourGoroutines()
-			if stacks == "" {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Errorf("goroutines of the backend still running after the test:\n%s", stacks)
-	})
-}
-
-func ourGoroutines() string {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	var out []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "lockfs/gcsbackend.") && !strings.Contains(g, "gcsbackend_test.") &&
-			!strings.Contains(g, "testing.tRunner") {
-			out = append(out, g)
-		}
-	}
-	return strings.Join(out, "\n\n")
-}
 
 var hostSeq atomic.Int64
 

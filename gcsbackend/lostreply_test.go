@@ -7,6 +7,7 @@ import (
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/gcsbackend/faultproxy"
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -14,7 +15,7 @@ import (
 // and the release are each recognised by reading back, with no duplicate
 // claim left behind and nothing assumed.
 func TestLostRepliesRecognised(t *testing.T) {
-	leakCheck(t)
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	px, err := faultproxy.New(emu.URL, 5, faultproxy.Faults{LostReply: 1, WritesOnly: true})
 	if err != nil {

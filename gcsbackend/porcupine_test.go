@@ -12,6 +12,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -80,7 +81,7 @@ func (h *history) add(op lockOp, call, ret int64) {
 // Acquires and releases from three clients on each of two hosts, contending
 // for one lock in random modes, form a linearizable history of a lock.
 func TestPorcupineHistory(t *testing.T) {
-	leakCheck(t)
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	ea := newEngine(t, newBackend(t, emu, nil), nil)
 	eb := newEngine(t, newBackend(t, emu, nil), nil)

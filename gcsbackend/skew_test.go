@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -17,7 +18,7 @@ import (
 // with the local wall clock: with the same offsets it grants the lock at
 // once, and the test sees it.
 func TestClockOffsetChangesNothing(t *testing.T) {
-	leakCheck(t)
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	for _, tc := range []struct {
 		name         string

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // Each test here pairs an expectation with a control: the same check in a
@@ -22,7 +24,7 @@ func TestFlockModes(t *testing.T) {
 		h.kill()
 		// Control: once the holder is gone, both succeed (release is
 		// asynchronous, so allow it a moment).
-		if !eventually(5*time.Second, func() bool { return flockN(t, lock, "-x").code == 0 }) {
+		if !testutil.Poll(5*time.Second, func() bool { return flockN(t, lock, "-x").code == 0 }) {
 			t.Errorf("flock -n -x after the holder died: still busy: %v", flockN(t, lock, "-x"))
 		}
 		expectCode(t, "flock -n -s after release", flockN(t, lock, "-s"), 0)
@@ -60,7 +62,7 @@ func TestFlockModes(t *testing.T) {
 		// The abandoned wait must not linger as a waiter or a hold: once the
 		// holder is gone, a non-blocking lock succeeds.
 		h.kill()
-		if !eventually(5*time.Second, func() bool { return flockN(t, lock, "-x").code == 0 }) {
+		if !testutil.Poll(5*time.Second, func() bool { return flockN(t, lock, "-x").code == 0 }) {
 			t.Errorf("after a timed-out wait and the holder's death, flock -n -x is still refused: %v", flockN(t, lock, "-x"))
 		}
 		if st := readStatus(t, lock); !strings.Contains(st, "waiters 0") || !strings.Contains(st, "mode none") {
@@ -96,7 +98,7 @@ func TestFlockHierarchy(t *testing.T) {
 		h := holder(t, m.path(".lock"), "-x")
 		expectCode(t, "flock -n c/.lock while /.lock is held", flockN(t, m.path("c/.lock")), 1)
 		h.kill()
-		if !eventually(5*time.Second, func() bool { return flockN(t, m.path("c/.lock")).code == 0 }) {
+		if !testutil.Poll(5*time.Second, func() bool { return flockN(t, m.path("c/.lock")).code == 0 }) {
 			t.Error("c/.lock still refused after the root holder died")
 		}
 	})

@@ -29,6 +29,7 @@ import (
 
 	"github.com/lockfs/lockfs/gcsbackend/faultproxy"
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // gcsTTL is the lease TTL of the daemons under test: short, so that
@@ -160,7 +161,7 @@ func killDaemon(t *testing.T, m *Mount) {
 func waitFree(t *testing.T, rel string, ms ...*Mount) {
 	t.Helper()
 	for _, m := range ms {
-		if !eventually(10*time.Second, func() bool { return flockN(t, m.path(rel, ".lock"), "-x").code == 0 }) {
+		if !testutil.Poll(10*time.Second, func() bool { return flockN(t, m.path(rel, ".lock"), "-x").code == 0 }) {
 			t.Fatalf("%s/.lock on %s still busy 10s after its holders ended", rel, m.Mnt)
 		}
 	}

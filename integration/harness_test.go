@@ -575,20 +575,6 @@ func procState(pid int) byte {
 	return b[i+2]
 }
 
-// eventually polls cond until it holds or timeout passes.
-func eventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // flockN runs `flock -n FLAGS PATH true` and returns its result.
 func flockN(t *testing.T, path string, flags ...string) result {
 	t.Helper()

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // lockfScript takes fcntl.lockf (a POSIX record lock) on a control file.
@@ -65,7 +67,7 @@ func TestPOSIXAndFlockExcludeEachOther(t *testing.T) {
 		if code, ok := p.wait(10 * time.Second); !ok || code != 0 {
 			t.Fatalf("python holder did not exit cleanly: %d %v; stderr %q", code, ok, p.stderr.String())
 		}
-		if !eventually(5*time.Second, func() bool { return flockN(t, a).code == 0 }) {
+		if !testutil.Poll(5*time.Second, func() bool { return flockN(t, a).code == 0 }) {
 			t.Errorf("flock -n a/.lock after the lockf holder exited: still busy")
 		}
 	})
@@ -118,7 +120,7 @@ func TestSourceLockInterop(t *testing.T) {
 		// Control: another directory is free.
 		expectCode(t, "flock -n MNT/c/.lock", flockN(t, m.path("c/.lock")), 0)
 		h.kill()
-		if !eventually(5*time.Second, func() bool { return flockN(t, mntA).code == 0 }) {
+		if !testutil.Poll(5*time.Second, func() bool { return flockN(t, mntA).code == 0 }) {
 			t.Error("MNT/a/.lock still busy after the direct SOURCE holder died")
 		}
 	})
@@ -129,7 +131,7 @@ func TestSourceLockInterop(t *testing.T) {
 		// Control: SOURCE/c/..LOCK is free.
 		expectCode(t, "flock -n SOURCE/c/..LOCK", flockN(t, m.srcPath("c/..LOCK")), 0)
 		h.kill()
-		if !eventually(5*time.Second, func() bool { return flockN(t, srcA).code == 0 }) {
+		if !testutil.Poll(5*time.Second, func() bool { return flockN(t, srcA).code == 0 }) {
 			t.Error("SOURCE/a/..LOCK still busy after the mount holder died")
 		}
 	})
@@ -177,7 +179,7 @@ func TestStatus(t *testing.T) {
 
 	// A waiter shows in the count.
 	w := start(t, "flock", "-s", a, "true")
-	if !eventually(5*time.Second, func() bool { return strings.Contains(readStatus(t, a), "waiters 1\n") }) {
+	if !testutil.Poll(5*time.Second, func() bool { return strings.Contains(readStatus(t, a), "waiters 1\n") }) {
 		t.Errorf("status with one waiter: want \"waiters 1\", got:\n%s", readStatus(t, a))
 	}
 	// An implicit hold from below shows on the ancestor.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // stormTrials is the number of kill-during-wait trials: 300 by default,
@@ -81,7 +83,7 @@ func TestKillDuringWaitStorm(t *testing.T) {
 	// the kernel must wait for the daemon's answer in state D.
 	t.Run("control: a frozen daemon leaves a killed waiter in D", func(t *testing.T) {
 		w := startWaiter(t, lock)
-		if !eventually(10*time.Second, func() bool { return inFlock(w.cmd.Process.Pid) }) {
+		if !testutil.Poll(10*time.Second, func() bool { return inFlock(w.cmd.Process.Pid) }) {
 			w.cmd.Process.Kill()
 			t.Fatal("the waiter never entered flock(2)")
 		}
@@ -185,7 +187,7 @@ func TestKillDuringWaitStorm(t *testing.T) {
 			t.Errorf("stuck waiter pid %d still not reaped after the holder died", w.cmd.Process.Pid)
 		}
 	}
-	if !eventually(10*time.Second, func() bool { return flockN(t, lock, "-x").code == 0 }) {
+	if !testutil.Poll(10*time.Second, func() bool { return flockN(t, lock, "-x").code == 0 }) {
 		t.Errorf("after the storm and the holder's death, flock -n -x a/.lock is refused: %v; status:\n%s",
 			flockN(t, lock, "-x"), readStatus(t, lock))
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -37,11 +38,11 @@ func claimAsync(ctx context.Context, b *Backend, id lockmgr.LockID, mode lockmgr
 // waitingThroughFlock waits until this process runs n flock(1) waiters.
 func waitingThroughFlock(t *testing.T, n int) {
 	t.Helper()
-	eventually(t, "the claim waits through flock(1)", func() bool { return len(flockChildren(os.Getpid())) == n })
+	testutil.Eventually(t, "the claim waits through flock(1)", func() bool { return len(flockChildren(os.Getpid())) == n })
 }
 
 func TestExternalFlockExcludesClaim(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	src := newSource(t, "d")
 	b := newBackend(t, src)
 	file := filepath.Join(src, "d", "..LOCK")
@@ -77,7 +78,7 @@ func TestExternalFlockExcludesClaim(t *testing.T) {
 }
 
 func TestSharedClaimWaitsForExternal(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	src := newSource(t, "d")
 	b := newBackend(t, src)
 	file := filepath.Join(src, "d", "..LOCK")
@@ -125,7 +126,7 @@ func TestClaimExcludesExternalFlock(t *testing.T) {
 }
 
 func TestTwoBackendsExclude(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	src := newSource(t, "d")
 	b1, b2 := newBackend(t, src), newBackend(t, src)
 	ctx := context.Background()
@@ -223,13 +224,13 @@ func TestWaiterDiesWithBackendProcess(t *testing.T) {
 
 	cmd, _ := startHelper(t, "wait", src, "d")
 	var child []int
-	eventually(t, "the helper waits through flock(1)", func() bool {
+	testutil.Eventually(t, "the helper waits through flock(1)", func() bool {
 		child = flockChildren(cmd.Process.Pid)
 		return len(child) == 1
 	})
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	eventually(t, "the orphaned flock(1) child is gone", func() bool {
+	testutil.Eventually(t, "the orphaned flock(1) child is gone", func() bool {
 		st, err := os.ReadFile("/proc/" + itoa(child[0]) + "/stat")
 		return err != nil || statState(string(st)) == "Z"
 	})
@@ -240,7 +241,7 @@ func TestWaiterDiesWithBackendProcess(t *testing.T) {
 }
 
 func TestCancelWaitingClaim(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	src := newSource(t, "d")
 	b := newBackend(t, src)
 	file := filepath.Join(src, "d", "..LOCK")
@@ -282,7 +283,7 @@ func TestClaimDeadline(t *testing.T) {
 // Cancelling exactly when the lock frees up: whatever the outcome, a
 // cancelled claim leaves no lock behind and a granted one holds it.
 func TestCancelRacingGrant(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	src := newSource(t, "d")
 	b := newBackend(t, src)
 	file := filepath.Join(src, "d", "..LOCK")
@@ -318,7 +319,7 @@ func TestCancelRacingGrant(t *testing.T) {
 }
 
 func TestCloseInterruptsWaitAndReleases(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	src := newSource(t, "d", "e")
 	b, err := New(Config{Source: src})
 	if err != nil {

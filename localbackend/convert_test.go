@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -69,7 +70,7 @@ func TestConvertFailedUpgradeKeepsShared(t *testing.T) {
 }
 
 func TestConvertUpgradeWaits(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	src := newSource(t, "d")
 	b := newBackend(t, src)
 	file := filepath.Join(src, "d", "..LOCK")

@@ -9,8 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -253,36 +251,4 @@ func flockChildren(pid int) []int {
 		}
 	}
 	return pids
-}
-
-// eventually polls cond every few milliseconds for up to 10 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// checkGoroutines fails the test if, once its other cleanups ran, more
-// goroutines run than when it was called. Call it first in a test, so its
-// cleanup runs last; such tests must not run in parallel.
-func checkGoroutines(t *testing.T) {
-	t.Helper()
-	base := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > base {
-			if time.Now().After(deadline) {
-				var sb strings.Builder
-				pprof.Lookup("goroutine").WriteTo(&sb, 1)
-				t.Errorf("goroutines leaked: %d before, %d after:\n%s", base, runtime.NumGoroutine(), sb.String())
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
 }

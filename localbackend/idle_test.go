@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -105,7 +106,7 @@ func openFds(t *testing.T) int {
 // lock: the idle descriptors are closed by a sweep, not only at the next
 // claim. (Without the sweep they would stay open until then.)
 func TestIdleDescriptorsClosedWhenQuiet(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	src := newSource(t, "a/b")
 	b := newBackend(t, src)
 	before := openFds(t)
@@ -115,5 +116,5 @@ func TestIdleDescriptorsClosedWhenQuiet(t *testing.T) {
 	if got := openFds(t); got <= before {
 		t.Fatalf("%d descriptors open with three idle ones, %d before: the test cannot see idle descriptors", got, before)
 	}
-	eventually(t, "idle descriptors closed by the sweep", func() bool { return openFds(t) == before })
+	testutil.Eventually(t, "idle descriptors closed by the sweep", func() bool { return openFds(t) == before })
 }

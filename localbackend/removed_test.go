@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -31,7 +32,7 @@ func removeHeld(t *testing.T, h *holder, file string, dir bool) {
 }
 
 func TestClaimGrantedOnRemovedFileOpensAgain(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	src := newSource(t, "d")
 	b := newBackend(t, src)
 	file := filepath.Join(src, "d", "..LOCK")
@@ -52,7 +53,7 @@ func TestClaimGrantedOnRemovedFileOpensAgain(t *testing.T) {
 }
 
 func TestClaimGrantedInRemovedDirectoryFails(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	src := newSource(t, "d")
 	b := newBackend(t, src)
 	file := filepath.Join(src, "d", "..LOCK")

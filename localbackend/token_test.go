@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -68,7 +69,7 @@ func TestTokensPerLock(t *testing.T) {
 // two other processes, draw tokens at once: every token is handed out once,
 // and together they are exactly 1..N.
 func TestTokensUniqueUnderConcurrency(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	src := newSource(t)
 	const perCaller = 300
 	b1, b2 := newBackend(t, src), newBackend(t, src)

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 func newTestEngine(t testing.TB, tree *fakeTree, host *memHost) *Engine {
@@ -20,24 +22,11 @@ func newTestEngine(t testing.TB, tree *fakeTree, host *memHost) *Engine {
 	return e
 }
 
-// waitGoroutines waits until at most n goroutines run, and fails otherwise.
-func waitGoroutines(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > n {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Fatalf("%d goroutines left, want <= %d:\n%s", runtime.NumGoroutine(), n, buf)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestCloseLeavesNothing: Close wakes every waiter with ErrClosed, releases
 // every lease, and stops every goroutine the engine started (the lease
 // watchers among them).
 func TestCloseLeavesNothing(t *testing.T) {
+	testutil.CheckGoroutines(t)
 	base := runtime.NumGoroutine()
 	tree, host := newFakeTree(), newMemHost()
 	tree.add(100, 1)
@@ -82,7 +71,6 @@ func TestCloseLeavesNothing(t *testing.T) {
 		Owner: Owner{OwnerFile, 3}, TID: 100}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("acquire after Close: %v, want ErrClosed", err)
 	}
-	waitGoroutines(t, base)
 }
 
 // TestCancelLeavesNoTrace: a wait abandoned at any point leaves no hold,

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // The protocol scripts in testdata/*.txt drive engines step by step and
@@ -355,6 +357,7 @@ func TestScripts(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
+			testutil.CheckGoroutines(t)
 			data, err := os.ReadFile(f)
 			if err != nil {
 				t.Fatal(err)

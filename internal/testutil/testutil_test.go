@@ -1,0 +1,75 @@
+package testutil
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeT records failures instead of failing, so that the helpers' own
+// failure paths can be tested.
+type fakeT struct {
+	testing.TB
+	mu       sync.Mutex
+	cleanups []func()
+	errors   []string
+}
+
+func (f *fakeT) Helper()           {}
+func (f *fakeT) Cleanup(fn func()) { f.cleanups = append(f.cleanups, fn) }
+func (f *fakeT) Errorf(string, ...any) {
+	f.mu.Lock()
+	f.errors = append(f.errors, "error")
+	f.mu.Unlock()
+}
+
+func (f *fakeT) runCleanups() {
+	for i := len(f.cleanups) - 1; i >= 0; i-- {
+		f.cleanups[i]()
+	}
+}
+
+// TestCheckGoroutinesCatchesALeak is the control of every leak check that
+// uses the helper: a goroutine that outlives the test is reported, and one
+// that ends in time is not.
+func TestCheckGoroutinesCatchesALeak(t *testing.T) {
+	defer func(d time.Duration) { leakWait = d }(leakWait)
+	leakWait = 200 * time.Millisecond
+	stop := make(chan struct{})
+	defer close(stop)
+	f := &fakeT{TB: t}
+	CheckGoroutines(f)
+	go func() { <-stop }() // leaked until the test ends
+	f.runCleanups()
+	if len(f.errors) != 1 {
+		t.Fatalf("leaked goroutine: %d errors, want 1", len(f.errors))
+	}
+
+	f = &fakeT{TB: t}
+	CheckGoroutines(f)
+	done := make(chan struct{})
+	go func() { time.Sleep(50 * time.Millisecond); close(done) }()
+	f.runCleanups()
+	<-done
+	if len(f.errors) != 0 {
+		t.Fatalf("goroutine that ended: %d errors, want 0", len(f.errors))
+	}
+}
+
+func TestPoll(t *testing.T) {
+	n := 0
+	if !Poll(time.Second, func() bool { n++; return n == 3 }) {
+		t.Fatal("Poll gave up on a condition that became true")
+	}
+	if Poll(20*time.Millisecond, func() bool { return false }) {
+		t.Fatal("Poll reported a condition that never held")
+	}
+}
+
+func TestGoroutineID(t *testing.T) {
+	s := stacks()[0]
+	if !strings.HasPrefix(s, "goroutine ") || goroutineID(s) <= 0 {
+		t.Fatalf("cannot parse %q", strings.SplitN(s, "\n", 2)[0])
+	}
+}
