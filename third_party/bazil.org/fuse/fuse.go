@@ -215,6 +215,14 @@ func initMount(c *Conn, conf *mountConfig) error {
 	// InitMaxPages: requests of up to maxWrite bytes (the kernel's
 	// default is 32 pages). InitInitExt: the kernel reads flags2.
 	c.flags = r.Flags & (InitBigWrites | InitParallelDirOps | InitMaxPages | InitInitExt | conf.initFlags)
+	if c.flags&InitWritebackCache != 0 {
+		// The kernel would turn passthrough off without saying so.
+		c.flags &^= InitPassthrough
+	}
+	var stackDepth uint32
+	if c.flags&InitPassthrough != 0 {
+		stackDepth = conf.maxStackDepth
+	}
 	s := &initResponse{
 		Library:             proto,
 		MaxReadahead:        conf.maxReadahead,
@@ -223,6 +231,7 @@ func initMount(c *Conn, conf *mountConfig) error {
 		CongestionThreshold: conf.congestionThreshold,
 		MaxWrite:            maxWrite,
 		MaxPages:            maxPages(),
+		MaxStackDepth:       stackDepth,
 	}
 	r.Respond(s)
 	return nil
@@ -582,6 +591,41 @@ func (c *Conn) Close() error {
 	c.rio.Lock()
 	defer c.rio.Unlock()
 	return c.dev.Close()
+}
+
+// BackingOpen registers the open file fd as a backing file of this
+// connection (FUSE_DEV_IOC_BACKING_OPEN) and returns its id, for
+// OpenResponse.BackingID with OpenPassthrough. The kernel keeps its own
+// reference to the file: fd may be closed at once. Each open that names
+// the id gets its own backing open file description, with the flags of
+// the caller's open (O_APPEND, O_DIRECT...), opened with the credentials
+// of the daemon at registration. It needs InitPassthrough in Features,
+// CAP_SYS_ADMIN (EPERM), a file system with read_iter and write_iter
+// (EOPNOTSUPP), and one stacked at most MaxStackDepth-1 deep (ELOOP).
+// Drop the id with BackingClose; one inode may have one backing file
+// at a time, so all opens of an inode should share one id.
+func (c *Conn) BackingOpen(fd int) (int32, error) {
+	m := backingMap{Fd: int32(fd)}
+	c.wio.RLock()
+	defer c.wio.RUnlock()
+	id, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(c.fd()), devIocBackingOpen, uintptr(unsafe.Pointer(&m)))
+	if errno != 0 {
+		return 0, errno
+	}
+	return int32(id), nil
+}
+
+// BackingClose drops a backing file id (FUSE_DEV_IOC_BACKING_CLOSE).
+// Open files that use it keep their backing file; an open reply that
+// names it after this fails.
+func (c *Conn) BackingClose(id int32) error {
+	c.wio.RLock()
+	defer c.wio.RUnlock()
+	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(c.fd()), devIocBackingClose, uintptr(unsafe.Pointer(&id)))
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 // caller must hold wio or rio
@@ -1917,6 +1961,7 @@ func (r *OpenRequest) Respond(resp *OpenResponse) {
 	out := (*openOut)(buf.alloc(unsafe.Sizeof(openOut{})))
 	out.Fh = uint64(resp.Handle)
 	out.OpenFlags = uint32(resp.Flags)
+	out.BackingID = resp.BackingID
 	r.respond(buf)
 }
 
@@ -1924,9 +1969,16 @@ func (r *OpenRequest) Respond(resp *OpenResponse) {
 type OpenResponse struct {
 	Handle HandleID
 	Flags  OpenResponseFlags
+	// BackingID, with Flags OpenPassthrough, names the backing file
+	// (Conn.BackingOpen) that the kernel reads and writes for this open
+	// file instead of asking the daemon.
+	BackingID int32
 }
 
 func (r *OpenResponse) string() string {
+	if r.Flags&OpenPassthrough != 0 {
+		return fmt.Sprintf("%v fl=%v backing=%d", r.Handle, r.Flags, r.BackingID)
+	}
 	return fmt.Sprintf("%v fl=%v", r.Handle, r.Flags)
 }
 
@@ -1967,6 +2019,7 @@ func (r *CreateRequest) Respond(resp *CreateResponse) {
 	o := (*openOut)(buf.alloc(unsafe.Sizeof(openOut{})))
 	o.Fh = uint64(resp.Handle)
 	o.OpenFlags = uint32(resp.Flags)
+	o.BackingID = resp.BackingID
 
 	r.respond(buf)
 }

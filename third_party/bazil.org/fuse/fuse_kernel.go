@@ -273,6 +273,10 @@ const (
 	OpenKeepCache   OpenResponseFlags = 1 << 1 // don't invalidate the data cache on open
 	OpenNonSeekable OpenResponseFlags = 1 << 2 // mark the file as non-seekable (not supported on FreeBSD)
 	OpenCacheDir    OpenResponseFlags = 1 << 3 // allow caching directory contents
+	// Protocol 7.40: reads, writes, splice and mmap of this open file go
+	// to the backing file named by OpenResponse.BackingID, not to the
+	// daemon (Conn.BackingOpen).
+	OpenPassthrough OpenResponseFlags = 1 << 7
 )
 
 func (fl OpenResponseFlags) String() string {
@@ -284,6 +288,7 @@ var openResponseFlagNames = []flagName{
 	{uint64(OpenKeepCache), "OpenKeepCache"},
 	{uint64(OpenNonSeekable), "OpenNonSeekable"},
 	{uint64(OpenCacheDir), "OpenCacheDir"},
+	{uint64(OpenPassthrough), "OpenPassthrough"},
 }
 
 // The InitFlags are used in the Init exchange.
@@ -328,6 +333,10 @@ const (
 	// Protocol 7.36: initIn and initOut carry flags2, the upper 32 bits
 	// of the flags; needed for every flag from bit 32 on.
 	InitInitExt InitFlags = 1 << 30
+	// Protocol 7.40: open replies may name a backing file
+	// (OpenPassthrough). Needs InitInitExt; the kernel refuses it
+	// together with InitWritebackCache.
+	InitPassthrough InitFlags = 1 << 37
 )
 
 type flagName struct {
@@ -367,6 +376,7 @@ var initFlagNames = []flagName{
 	{uint64(InitHandleKillPrivV2), "InitHandleKillPrivV2"},
 	{uint64(InitSetxattrExt), "InitSetxattrExt"},
 	{uint64(InitInitExt), "InitInitExt"},
+	{uint64(InitPassthrough), "InitPassthrough"},
 }
 
 func (fl InitFlags) String() string {
@@ -583,8 +593,24 @@ type openIn struct {
 type openOut struct {
 	Fh        uint64
 	OpenFlags uint32
-	_         uint32
+	BackingID int32 // protocol 7.40, with OpenPassthrough
 }
+
+// backingMap is struct fuse_backing_map, the argument of
+// FUSE_DEV_IOC_BACKING_OPEN.
+type backingMap struct {
+	Fd      int32
+	Flags   uint32 // must be 0
+	padding uint64 // must be 0
+}
+
+// The ioctls on the FUSE device that register and drop backing files
+// (protocol 7.40): _IOW(229, 1, struct fuse_backing_map) and
+// _IOW(229, 2, uint32_t).
+const (
+	devIocBackingOpen  = 0x4010e501
+	devIocBackingClose = 0x4004e502
+)
 
 type createIn struct {
 	Flags uint32

@@ -1,6 +1,7 @@
 package fuse
 
 import (
+	"fmt"
 	"strings"
 )
 
@@ -16,6 +17,7 @@ type mountConfig struct {
 	initFlags           InitFlags
 	maxBackground       uint16
 	congestionThreshold uint16
+	maxStackDepth       uint32
 }
 
 func escapeComma(s string) string {
@@ -244,6 +246,25 @@ func LockingPOSIX() MountOption {
 func HandleKillPriv() MountOption {
 	return func(conf *mountConfig) error {
 		conf.initFlags |= InitHandleKillPrivV2
+		return nil
+	}
+}
+
+// Passthrough asks the kernel for FUSE passthrough (protocol 7.40):
+// open replies may then name a backing file (OpenPassthrough,
+// Conn.BackingOpen) whose reads, writes, splice and mmap the kernel does
+// itself. maxStackDepth (1 or 2) is how deep file systems may be stacked
+// below the backing files, this mount counting as one more level above
+// them: 1 for backing files on a plain disk file system, 2 when they are
+// on overlayfs or FUSE. Features reports InitPassthrough when the kernel
+// agreed; never together with WritebackCache, which the kernel refuses.
+func Passthrough(maxStackDepth uint32) MountOption {
+	return func(conf *mountConfig) error {
+		if maxStackDepth < 1 || maxStackDepth > 2 {
+			return fmt.Errorf("passthrough: max stack depth %d, want 1 or 2", maxStackDepth)
+		}
+		conf.initFlags |= InitPassthrough
+		conf.maxStackDepth = maxStackDepth
 		return nil
 	}
 }
