@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -39,7 +40,8 @@ type Config struct {
 	Prefix string
 
 	// Endpoint is the JSON API endpoint of a GCS emulator, such as
-	// "http://127.0.0.1:4443/storage/v1/". It is the only way to turn
+	// "http://127.0.0.1:4443/storage/v1/"; a bare "http://127.0.0.1:4443"
+	// (no path) or one ending in "/storage/v1" means the same. It is the only way to turn
 	// authentication off. Empty means real GCS, with Application Default
 	// Credentials; New then refuses to run if STORAGE_EMULATOR_HOST is set,
 	// because the client library would silently drop authentication and
@@ -107,6 +109,7 @@ func (c Config) withDefaults() Config {
 	if c.Prefix != "" && !strings.HasSuffix(c.Prefix, "/") {
 		c.Prefix += "/"
 	}
+	c.Endpoint = normalEndpoint(c.Endpoint)
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
 	}
@@ -144,6 +147,8 @@ func (c Config) Validate() error {
 	switch {
 	case d.Bucket == "":
 		return errors.New("gcsbackend: Bucket is required")
+	case d.Endpoint != "" && !validEndpoint(d.Endpoint):
+		return fmt.Errorf("gcsbackend: Endpoint %q: want http://HOST:PORT or https://HOST:PORT, optionally with the path /storage/v1/", d.Endpoint)
 	case !utf8.ValidString(d.Prefix) || strings.HasPrefix(d.Prefix, "/"):
 		return fmt.Errorf("gcsbackend: Prefix %q must be UTF-8 and not start with /", d.Prefix)
 	case d.TTL < 100*time.Millisecond:
@@ -162,6 +167,31 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gcsbackend: HostID %q must be printable UTF-8 of at most 200 bytes", d.HostID)
 	}
 	return nil
+}
+
+// jsonAPIPath is the path of GCS's JSON API, which the Go client appends
+// to the default endpoint but not to one it is given.
+const jsonAPIPath = "/storage/v1/"
+
+// normalEndpoint returns an emulator endpoint with the JSON API's path:
+// "http://h:p" and "http://h:p/storage/v1" become "http://h:p/storage/v1/".
+// Any other path is left alone (a proxy may serve the API elsewhere).
+func normalEndpoint(ep string) string {
+	u, err := url.Parse(ep)
+	if ep == "" || err != nil || u.Host == "" {
+		return ep
+	}
+	switch u.Path {
+	case "", "/", strings.TrimSuffix(jsonAPIPath, "/"):
+		u.Path = jsonAPIPath
+	}
+	return u.String()
+}
+
+// validEndpoint reports whether ep is an http(s) URL with a host.
+func validEndpoint(ep string) bool {
+	u, err := url.Parse(ep)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 // vouch is how long after a successful write was sent the holder vouches

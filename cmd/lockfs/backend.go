@@ -47,8 +47,9 @@ func (g gcsFlags) config(log logrus.FieldLogger) gcsbackend.Config {
 	return gcsbackend.Config{Bucket: g.bucket, Prefix: g.prefix, Endpoint: g.endpoint, TTL: g.ttl, HostID: g.hostID, Logger: log}
 }
 
-// newBackend builds the backend the flags choose. For gcs it also returns a
-// function that reads the request counters, for metrics.
+// newBackend builds the backend the flags choose. For gcs it checks the
+// bucket first (gcsbackend.Backend.Check) and also returns a function that
+// reads the request counters, for metrics.
 func newBackend(mf mountFlags, source string, log logrus.FieldLogger) (lockmgr.Backend, string, func() []metrics.Count, error) {
 	switch mf.backend {
 	case "gcs":
@@ -56,6 +57,12 @@ func newBackend(mf mountFlags, source string, log logrus.FieldLogger) (lockmgr.B
 		defer cancel()
 		b, err := gcsbackend.New(ctx, mf.gcs.config(log))
 		if err != nil {
+			return nil, "", nil, err
+		}
+		// Refuse to mount on a bucket that cannot hold locks, rather than
+		// fail the first lock.
+		if err := b.Check(ctx); err != nil {
+			b.Close()
 			return nil, "", nil, err
 		}
 		return b, b.HostID(), func() []metrics.Count { return gcsCounts(b.Stats()) }, nil

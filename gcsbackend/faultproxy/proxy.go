@@ -30,13 +30,18 @@ import (
 )
 
 // Faults are the rates, each a probability in [0, 1], at which the proxy
-// injects each failure into a request. They are drawn in this order, so at
-// most one of the first four applies to a request; latency applies on top.
+// injects each failure into a request. They are drawn in the order
+// RateLimited, Unavailable, Reset, LostReply, Forbidden, so at most one of
+// them applies to a request; latency applies on top.
 type Faults struct {
 	// RateLimited answers 429 Too Many Requests without forwarding.
 	RateLimited float64
 	// Unavailable answers 503 Service Unavailable without forwarding.
 	Unavailable float64
+	// Forbidden answers 403 Forbidden without forwarding, as GCS answers
+	// an identity that lacks a permission (with WritesOnly: a bucket that
+	// can be read but not written).
+	Forbidden float64
 	// Reset resets the client's connection without forwarding.
 	Reset float64
 	// LostReply forwards the request (so a write takes effect), then resets
@@ -56,6 +61,7 @@ type Stats struct {
 	Forwarded   int64 // requests forwarded to the target (lost replies included)
 	RateLimited int64 // 429 answers injected
 	Unavailable int64 // 503 answers injected
+	Forbidden   int64 // 403 answers injected
 	Resets      int64 // connections reset without forwarding
 	LostReplies int64 // requests forwarded whose reply was dropped
 	Delayed     int64 // requests delayed (by Faults.Latency or Limits.Latency)
@@ -81,7 +87,7 @@ type Proxy struct {
 
 	traffic *traffic // counts and limits, with a lock of its own
 
-	requests, forwarded, rateLimited, unavailable, resets, lostReplies, delayed, blackholed atomic.Int64
+	requests, forwarded, rateLimited, unavailable, forbidden, resets, lostReplies, delayed, blackholed atomic.Int64
 }
 
 // New starts a proxy on a free loopback port in front of target (a base URL
@@ -141,7 +147,7 @@ func (p *Proxy) SetBlackhole(on bool) {
 func (p *Proxy) Stats() Stats {
 	return Stats{
 		Requests: p.requests.Load(), Forwarded: p.forwarded.Load(),
-		RateLimited: p.rateLimited.Load(), Unavailable: p.unavailable.Load(),
+		RateLimited: p.rateLimited.Load(), Unavailable: p.unavailable.Load(), Forbidden: p.forbidden.Load(),
 		Resets: p.resets.Load(), LostReplies: p.lostReplies.Load(),
 		Delayed: p.delayed.Load(), Blackholed: p.blackholed.Load(),
 	}
@@ -171,6 +177,7 @@ const (
 	answer429
 	answer429Limit // the write limit of Limits, not an injected fault
 	answer503
+	answer403
 	reset
 	lostReply
 )
@@ -193,6 +200,8 @@ func (p *Proxy) draw(method string) (act action, delay time.Duration, hole chan 
 		act = reset
 	case x < f.RateLimited+f.Unavailable+f.Reset+f.LostReply:
 		act = lostReply
+	case x < f.RateLimited+f.Unavailable+f.Reset+f.LostReply+f.Forbidden:
+		act = answer403
 	}
 	if f.Latency > 0 && p.rnd.Float64() < f.LatencyRate {
 		delay = time.Duration(p.rnd.Int63n(int64(f.Latency) + 1))
@@ -243,6 +252,10 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	case answer503:
 		p.unavailable.Add(1)
 		gcsError(w, http.StatusServiceUnavailable, "injected: backend unavailable")
+		return
+	case answer403:
+		p.forbidden.Add(1)
+		gcsErrorReason(w, http.StatusForbidden, "forbidden", "injected: the caller does not have storage.objects.create access to the object.")
 		return
 	case reset:
 		p.resets.Add(1)

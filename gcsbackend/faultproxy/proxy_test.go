@@ -46,6 +46,7 @@ func TestFaults(t *testing.T) {
 		{"none", Faults{}, 200, true},
 		{"429", Faults{RateLimited: 1}, 429, false},
 		{"503", Faults{Unavailable: 1}, 503, false},
+		{"403", Faults{Forbidden: 1}, 403, false},
 		{"reset", Faults{Reset: 1}, 0, false},
 		{"lost reply", Faults{LostReply: 1}, 0, true},
 		{"latency", Faults{LatencyRate: 1, Latency: 50 * time.Millisecond}, 200, true},
@@ -71,7 +72,7 @@ func TestFaults(t *testing.T) {
 		t.Errorf("after the black hole: %d, %v", code, err)
 	}
 	s := p.Stats()
-	if s.RateLimited != 1 || s.Unavailable != 1 || s.Resets != 1 || s.LostReplies != 1 || s.Delayed != 1 || s.Blackholed != 1 {
+	if s.RateLimited != 1 || s.Unavailable != 1 || s.Forbidden != 1 || s.Resets != 1 || s.LostReplies != 1 || s.Delayed != 1 || s.Blackholed != 1 {
 		t.Errorf("stats %+v", s)
 	}
 }
