@@ -43,6 +43,7 @@ type controlState struct {
 	// Dependencies
 	engine *lockmgr.Engine
 	log    logrus.FieldLogger
+	obs    lockmgr.Observer // nil: none
 
 	// Constant data
 	interrupts *interruptTracker
@@ -69,11 +70,13 @@ type nodeKey struct {
 	kind lockmgr.Kind
 }
 
-// newControlState returns the control state of a mount over engine.
-func newControlState(engine *lockmgr.Engine, log logrus.FieldLogger) *controlState {
+// newControlState returns the control state of a mount over engine; obs,
+// if not nil, is told about the requests refused before the engine sees them.
+func newControlState(engine *lockmgr.Engine, log logrus.FieldLogger, obs lockmgr.Observer) *controlState {
 	return &controlState{
 		engine:     engine,
 		log:        log,
+		obs:        obs,
 		interrupts: newInterruptTracker(nil),
 		nodes:      make(map[nodeKey]*controlNode),
 	}

@@ -36,6 +36,10 @@ type Config struct {
 	// ListControlFiles makes readdir list the control files of every
 	// directory. By default they are found by name only (SPEC §1).
 	ListControlFiles bool
+	// Observer, if set, is told about the lock requests refused before they
+	// reach the engine (EACCES: no permission on the directory), so that
+	// metrics count every refusal; the engine reports the others.
+	Observer lockmgr.Observer
 }
 
 // Reserved names. The control files appear in every directory; the files
@@ -185,7 +189,7 @@ func New(cfg Config) (*FS, error) {
 			f.backing[name] = true
 		}
 	}
-	f.ctl = newControlState(cfg.Engine, log)
+	f.ctl = newControlState(cfg.Engine, log, cfg.Observer)
 	f.root = &Dir{node: node{fs: f, key: keyOf(&st), ftype: unix.S_IFDIR}}
 	f.nodes[f.root.key] = f.root
 	return f, nil

@@ -144,6 +144,10 @@ func (h *controlHandle) lock(ctx context.Context, req *fuse.LockRequest, wait bo
 		return c.refuse(call, err)
 	}
 	if err := h.n.permit(ctx, call); err != nil {
+		if c.obs != nil {
+			c.obs.Requested(lockmgr.Request{Lock: call.id, Mode: mode, Owner: call.owner, TID: call.tid, UID: call.uid, Wait: wait},
+				lockmgr.Grant{}, lockmgr.Denied, 0)
+		}
 		return c.refuse(call, err)
 	}
 	// Remember the owner before asking: a Flush racing with the grant

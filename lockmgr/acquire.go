@@ -87,6 +87,9 @@ func plan(id LockID, mode Mode) []step {
 // lock and mode.
 func (e *Engine) Acquire(ctx context.Context, req Request) (Grant, error) {
 	if err := req.validate(); err != nil {
+		if e.obs != nil {
+			e.obs.Requested(req, Grant{}, Failed, 0) // a refusal is counted like any other
+		}
 		return Grant{}, fmt.Errorf("acquire %s %s: %w", req.Mode, req.Lock, err)
 	}
 	var start time.Time

@@ -235,10 +235,15 @@ func TestObserver(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatal(err)
 	}
+	// A malformed request (shared on a usage lock, EINVAL) is counted too.
+	_, err = e.Acquire(ctx, Request{Lock: LockID{Path: "a", Kind: KindUsage}, Mode: Shared, Owner: Owner{OwnerFile, 4}, TID: 200})
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatal(err)
+	}
 	must(e.Break(ctx, a))
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
-	want := map[Outcome]int{Granted: 1, Conflict: 1, Deadlock: 1, Interrupted: 1}
+	want := map[Outcome]int{Granted: 1, Conflict: 1, Deadlock: 1, Interrupted: 1, Failed: 1}
 	for o, n := range want {
 		if obs.outcomes[o] != n {
 			t.Errorf("%s: %d, want %d (all: %v)", o, obs.outcomes[o], n, obs.outcomes)

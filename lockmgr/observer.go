@@ -20,6 +20,10 @@ const (
 	Interrupted
 	// Failed: any other error (ErrInvalid, ErrLeaseLost, ErrUnavailable, ErrClosed).
 	Failed
+	// Denied: the caller lacks permission on the directory (EACCES). The
+	// engine never answers it: the FUSE layer checks permissions before it
+	// asks, and reports its refusals to the same Observer.
+	Denied
 )
 
 // String names the outcome as metrics label it.
@@ -35,12 +39,16 @@ func (o Outcome) String() string {
 		return "interrupted"
 	case Failed:
 		return "failed"
+	case Denied:
+		return "denied"
 	}
 	return "unknown"
 }
 
 // Observer is told about every request and every lost hold, for metrics.
-// Its methods are called without engine locks held and must be fast.
+// Its methods must be fast and must not call back into the engine:
+// Requested is called with Engine.mu released, but Lost is called while the
+// engine marks the holds lost, with Engine.mu held.
 type Observer interface {
 	// Requested reports a finished Acquire: the request, its grant (zero
 	// unless granted), its outcome, and how long it took (the wait, for

@@ -1,11 +1,18 @@
 // Package metrics exposes lockfs's Prometheus metrics: lock waits, grants,
-// conflicts, interrupted waits, deadlocks refused, locks held, lease
-// losses and breaks, and, through collector functions that other packages
-// register, backend request counts and FUSE operation latency.
+// conflicts, interrupted waits, deadlocks and permission refusals, locks
+// held, lease losses and breaks, the build, and, through collector
+// functions that other packages register, backend request counts and FUSE
+// operation latency.
+//
+// Every counter and histogram is exported from the first scrape with each
+// of its label sets at 0, so that an alert on increase(...) > 0 fires on the first event
+// rather than on the second (a series that appears with the value 1 has
+// not increased).
 package metrics
 
 import (
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,11 +42,12 @@ func New(held func() []lockmgr.LockStatus) *Metrics {
 	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "lockfs_lock_wait_seconds",
 		Help:    "Time from a lock request to its answer, by lock kind, mode and outcome.",
-		Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300},
+		Buckets: WaitBuckets,
 	}, []string{"kind", "mode", "outcome"})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lockfs_lock_requests_total",
-		Help: "Lock requests by kind, mode and outcome (granted, conflict, deadlock, interrupted, failed).",
+		Help: "Lock requests by kind, mode and outcome: granted, conflict (EWOULDBLOCK), deadlock (EDEADLK), " +
+			"interrupted (EINTR, flock -w timeouts), denied (EACCES), failed (EINVAL, EIO, ENOLCK).",
 	}, []string{"kind", "mode", "outcome"})
 	m.lost = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lockfs_holds_lost_total",
@@ -52,13 +60,56 @@ func New(held func() []lockmgr.LockStatus) *Metrics {
 	}, []string{"op"})
 	m.reg.MustRegister(m.wait, m.requests, m.lost, m.fuseOps,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, k := range kinds {
+		for _, md := range modes {
+			for _, o := range outcomes {
+				m.requests.WithLabelValues(k.String(), md.String(), o.String())
+				m.wait.WithLabelValues(k.String(), md.String(), o.String())
+			}
+		}
+		for _, cause := range []string{causeLease, causeBreak} {
+			m.lost.WithLabelValues(k.String(), cause)
+		}
+	}
 	if held != nil {
 		m.reg.MustRegister(&heldCollector{snapshot: held, desc: prometheus.NewDesc("lockfs_locks_held",
-			"Locks currently held on this host, by kind and mode (explicit holds only), and waiters.",
+			"Explicit holds of this host's processes that are not lost, by kind and mode "+
+				"(the implicit shared holds on ancestors are not counted).",
 			[]string{"kind", "mode"}, nil), waiters: prometheus.NewDesc("lockfs_lock_waiters",
-			"Requests currently waiting, by kind.", []string{"kind"}, nil)})
+			"Requests currently queued for a lock, by kind (a request waiting for an ancestor's "+
+				"implicit hold counts under that ancestor's kind).", []string{"kind"}, nil)})
 	}
 	return m
+}
+
+// WaitBuckets are the upper bounds of lockfs_lock_wait_seconds, from 100 µs
+// (an uncontended grant) to an hour (a job queued behind long builds), so
+// that an alert on waits above 5, 10 or 30 minutes can fire.
+var WaitBuckets = []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600}
+
+// The label values every counter starts with.
+var (
+	kinds    = []lockmgr.Kind{lockmgr.KindDir, lockmgr.KindNewDir, lockmgr.KindUsage}
+	modes    = []lockmgr.Mode{lockmgr.Shared, lockmgr.Exclusive}
+	outcomes = []lockmgr.Outcome{lockmgr.Granted, lockmgr.Conflict, lockmgr.Deadlock, lockmgr.Interrupted,
+		lockmgr.Denied, lockmgr.Failed}
+)
+
+// Causes of a lost hold, as lockfs_holds_lost_total labels them.
+const (
+	causeLease = "lease"
+	causeBreak = "break"
+)
+
+// RegisterBuildInfo exports lockfs_build_info{version,go_version,backend} 1,
+// so that dashboards can tell which build and backend a mount runs.
+func (m *Metrics) RegisterBuildInfo(version, backend string) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lockfs_build_info",
+		Help: "Always 1; its labels name the lockfs version, the Go toolchain that built it and the mount's lock backend.",
+	}, []string{"version", "go_version", "backend"})
+	g.WithLabelValues(version, runtime.Version(), backend).Set(1)
+	m.reg.MustRegister(g)
 }
 
 // Registry is where other packages register their collectors (backend
@@ -79,9 +130,9 @@ func (m *Metrics) Requested(req lockmgr.Request, g lockmgr.Grant, outcome lockmg
 
 // Lost implements lockmgr.Observer.
 func (m *Metrics) Lost(id lockmgr.LockID, broken bool) {
-	cause := "lease"
+	cause := causeLease
 	if broken {
-		cause = "break"
+		cause = causeBreak
 	}
 	m.lost.WithLabelValues(id.Kind.String(), cause).Inc()
 }
@@ -107,8 +158,8 @@ func (c *heldCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ kind, mode string }
 	held := map[key]int{}
 	waiting := map[string]int{}
-	for _, k := range []lockmgr.Kind{lockmgr.KindDir, lockmgr.KindNewDir, lockmgr.KindUsage} {
-		for _, md := range []lockmgr.Mode{lockmgr.Shared, lockmgr.Exclusive} {
+	for _, k := range kinds {
+		for _, md := range modes {
 			held[key{k.String(), md.String()}] = 0
 		}
 		waiting[k.String()] = 0
@@ -138,6 +189,8 @@ type Count struct {
 
 // RegisterBackendRequests exposes lockfs_backend_requests_total{op,outcome}
 // read from counts at every scrape (the gcs backend's request counters).
+// counts must return every label set it will ever return, zeros included,
+// from the first call on.
 func (m *Metrics) RegisterBackendRequests(counts func() []Count) {
 	m.reg.MustRegister(&countCollector{counts: counts, desc: prometheus.NewDesc("lockfs_backend_requests_total",
 		"Requests the lock backend sent, by operation and outcome (for gcs: 412 = precondition_failed, 429 = rate_limited).",

@@ -5,7 +5,8 @@
 set -euo pipefail
 
 # tool:packages pairs (packages separated by commas). gcc and the C library
-# headers are for the race detector that `make test` uses.
+# headers are for the race detector that `make test` uses; promtool checks
+# that the alert rules of docs/OPERATIONS.md can fire (integration tests).
 needs=(
 	fusermount3:fuse3
 	flock:util-linux
@@ -14,6 +15,7 @@ needs=(
 	sqlite3:sqlite3
 	stress-ng:stress-ng
 	gcc:gcc,libc6-dev
+	promtool:prometheus
 )
 
 missing_pkgs=()

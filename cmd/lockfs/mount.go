@@ -242,7 +242,9 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 		return nil, err
 	}
 	undo = append(undo, func() { engine.Close() })
-	f, err := fs.New(fs.Config{Source: paths.source, Engine: engine, Logger: log, Host: host, ObserveOp: m.FUSEOp, ListControlFiles: mf.listCtl})
+	m.RegisterBuildInfo(Version(), mf.backend)
+	f, err := fs.New(fs.Config{Source: paths.source, Engine: engine, Logger: log, Host: host, ObserveOp: m.FUSEOp,
+		ListControlFiles: mf.listCtl, Observer: m})
 	if err != nil {
 		return nil, err
 	}
