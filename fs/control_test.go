@@ -57,8 +57,15 @@ func newCtlMount(t *testing.T) *ctlMount {
 // that config returns; nil means ServerConfig.
 func newCtlMountConfig(t *testing.T, config func(*FS) *fusefs.Config) *ctlMount {
 	t.Helper()
+	return newCtlMountAt(t, t.TempDir(), config)
+}
+
+// newCtlMountAt is newCtlMountConfig over an existing SOURCE, which
+// several mounts (daemons) may share.
+func newCtlMountAt(t *testing.T, src string, config func(*FS) *fusefs.Config) *ctlMount {
+	t.Helper()
 	ptRequireFUSE(t, "flock")
-	src, dir := t.TempDir(), t.TempDir()
+	dir := t.TempDir()
 	// Let the processes run as nobody reach both.
 	for _, d := range []string{src, filepath.Dir(src)} {
 		if err := os.Chmod(d, 0o755); err != nil {

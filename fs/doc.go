@@ -67,6 +67,12 @@
 // fencing-token counters go with the files: a directory made again under
 // the same name starts its tokens from 1 (rmdir.go).
 //
+// A directory with a lock held on it or below it is not renamed (EBUSY):
+// the lock is that of the directory's current path, and the engine's
+// GuardTree (the local backend: an exclusive flock without waiting on the
+// directory's ..LOCK, which every claim at or below it holds shared) finds
+// every holder and holds new grants off while the rename runs.
+//
 // Not supported: renameat2(2) flags (bazil does not decode RENAME2, and the
 // kernel answers EINVAL for it; RENAME_NOREPLACE onto a name the kernel
 // knows fails with EEXIST before that, and mv -n falls back), O_TMPFILE

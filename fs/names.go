@@ -8,6 +8,8 @@ import (
 	"bazil.org/fuse"
 	fusefs "bazil.org/fuse/fs"
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/lockmgr"
 )
 
 // Remove unlinks a file or removes an empty directory. Reserved names may
@@ -80,7 +82,10 @@ func stickyAllows(dirSt, st *inodeStat, uid uint32) bool {
 // Rename moves a name, possibly to another directory, replacing what the
 // target name held. Reserved names may be neither source nor target. A
 // target directory that holds nothing but backing files looks empty and is
-// replaced, as by Remove (rmdir.go).
+// replaced, as by Remove (rmdir.go). A directory with a lock held on it or
+// below it is not moved (EBUSY, as for a mount point): a lock is the lock
+// of its directory's current path, and moving a held one would let the
+// next user of the old path in beside its holder (guardTree).
 // (bazil does not decode RENAME2, so the kernel answers renameat2 flags
 // with EINVAL before asking.)
 func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs.Node) error {
@@ -118,6 +123,13 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 			default:
 				return err
 			}
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				release, err := d.fs.guardTree(joinRel(d.relPath(), oldName))
+				if err != nil {
+					return err
+				}
+				defer release()
+			}
 			err := unix.Renameat(oldFd, oldName, newFd, newName)
 			if !replaced || tst.Mode&unix.S_IFMT != unix.S_IFDIR || (err != unix.ENOTEMPTY && err != unix.EEXIST) {
 				return err
@@ -132,6 +144,9 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 	})
 	if err == errSticky {
 		return d.fs.refuse("rename", d.childPath(oldName), syscall.EPERM, "sticky directory")
+	}
+	if errors.Is(err, lockmgr.ErrBusy) {
+		return d.fs.refuse("rename", d.childPath(oldName)+" -> "+nd.childPath(newName), syscall.EBUSY, err.Error())
 	}
 	if errno, why, ok := backingRefusal(err); ok {
 		return d.fs.refuse("rename", d.childPath(oldName)+" -> "+nd.childPath(newName), errno, "target: "+why)
@@ -156,6 +171,17 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 	}
 	d.fs.treeMu.Unlock()
 	return nil
+}
+
+// guardTree keeps the locks at the directory rel and below it from being
+// held while it is renamed: it fails with an error wrapping
+// lockmgr.ErrBusy if one is held (lockmgr.Engine.GuardTree), else holds new
+// grants off until release.
+func (f *FS) guardTree(rel string) (release func(), err error) {
+	if f.cfg.Engine == nil {
+		return func() {}, nil
+	}
+	return f.cfg.Engine.GuardTree(cleanDirPath(rel))
 }
 
 // Link makes a new name for an existing file (not a directory, not a

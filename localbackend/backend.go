@@ -2,6 +2,7 @@ package localbackend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -176,14 +177,15 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mod
 		if err != nil {
 			return nil, err
 		}
-		gone, err := unlinked(f)
+		gone, err := b.unnamed(f, rel)
 		if err == nil && !gone {
 			return newLease(b, id, rel, f, mode, writable), nil
 		}
 		// Granted on a file that was removed while we waited or had it
 		// open (rmdir through a mount removes the backing files of a
-		// directory nobody holds a lock on): that flock guards nothing.
-		// Open the name again.
+		// directory nobody holds a lock on), or that a rename of its
+		// directory took elsewhere (GuardTree): that flock guards
+		// nothing of id. Open the name again.
 		fdDo(f, func(fd int) error { return flockNB(fd, unix.LOCK_UN) })
 		f.Close()
 		switch {
@@ -233,14 +235,28 @@ func (b *Backend) claimOnce(ctx context.Context, id lockmgr.LockID, mode lockmgr
 	return f, writable, nil
 }
 
-// unlinked reports whether f's file has no name left: it was removed.
-// Whoever removes a backing file holds its flock exclusively while it does
-// (fs/rmdir.go), so a flock granted on it was granted after the removal,
-// and this check, made after the grant, is exact.
-func unlinked(f *os.File) (bool, error) {
+// unnamed reports whether f's file is no longer the backing file rel of
+// SOURCE: it was removed, or its directory was renamed. Whoever removes a
+// backing file (fs/rmdir.go) or renames a directory (GuardTree) holds its
+// flock exclusively while doing so, so a flock granted on it was granted
+// after the change, and this check, made after the grant, is exact.
+func (b *Backend) unnamed(f *os.File, rel string) (bool, error) {
 	var st unix.Stat_t
-	err := fdDo(f, func(fd int) error { return unix.Fstat(fd, &st) })
-	return err == nil && st.Nlink == 0, err
+	if err := fdDo(f, func(fd int) error { return unix.Fstat(fd, &st) }); err != nil {
+		return false, err
+	}
+	if st.Nlink == 0 {
+		return true, nil
+	}
+	var now unix.Stat_t
+	err := fdDo(b.src, func(srcFD int) error { return unix.Fstatat(srcFD, rel, &now, unix.AT_SYMLINK_NOFOLLOW) })
+	switch {
+	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return now.Dev != st.Dev || now.Ino != st.Ino, nil
 }
 
 // flockOp maps a mode to its flock(2) operation.

@@ -171,9 +171,10 @@ func (l *lease) tryUpgrade() (bool, error) {
 		return false, l.errorf("convert to %v", exErr, lockmgr.Exclusive)
 	}
 	// In the gap, the lock was free: an rmdir may have removed the
-	// backing file (holding it exclusively), and the shared lock just
-	// re-taken is then on a file nobody else can find.
-	if gone, err := unlinked(l.file); err != nil || gone {
+	// backing file, or a rename moved its directory (holding it
+	// exclusively), and the shared lock just re-taken is then on a file
+	// that is not this lock's any more.
+	if gone, err := l.b.unnamed(l.file, l.rel); err != nil || gone {
 		return false, l.lose(fmt.Sprintf("an upgrade attempt (%v) dropped the shared lock and the backing file was removed before it was re-taken (stat: %v)", exErr, err))
 	}
 	return false, nil
