@@ -15,7 +15,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # The full kill-during-wait storm (`make storm`); `make test` runs 300 trials.
 STORM_TRIALS ?= 10000
 
-.PHONY: all build man test bench bench-smoke run run-multihost vet fmt-check storm deps clean
+.PHONY: all build man unit install uninstall test bench bench-smoke run run-multihost vet fmt-check storm deps clean
 
 all: build
 
@@ -91,8 +91,14 @@ MANDIR  ?= $(PREFIX)/share/man
 COMPDIR_BASH ?= $(PREFIX)/share/bash-completion/completions
 COMPDIR_ZSH  ?= $(PREFIX)/share/zsh/site-functions
 COMPDIR_FISH ?= $(PREFIX)/share/fish/vendor_completions.d
+LOGROTATEDIR ?= /etc/logrotate.d
 
-install: build man
+# The unit names the binary by its installed path.
+unit:
+	@mkdir -p bin
+	sed 's|@BINDIR@|$(PREFIX)/bin|g' contrib/systemd/lockfs@.service.in >bin/lockfs@.service
+
+install: build man unit
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/lockfs
 	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(COMPDIR_BASH) $(DESTDIR)$(COMPDIR_ZSH) $(DESTDIR)$(COMPDIR_FISH)
 	install -m 0644 $(MANBUILD)/*.1 $(DESTDIR)$(MANDIR)/man1/
@@ -101,12 +107,14 @@ install: build man
 	$(BIN) completion fish >$(DESTDIR)$(COMPDIR_FISH)/lockfs.fish
 	install -d $(DESTDIR)$(SBINDIR)
 	ln -sf $(PREFIX)/bin/lockfs $(DESTDIR)$(SBINDIR)/mount.fuse.lockfs
-	install -D -m 0644 contrib/systemd/lockfs@.service $(DESTDIR)$(UNITDIR)/lockfs@.service
+	install -D -m 0644 bin/lockfs@.service $(DESTDIR)$(UNITDIR)/lockfs@.service
+	install -D -m 0644 contrib/logrotate/lockfs $(DESTDIR)$(LOGROTATEDIR)/lockfs
 	install -d -m 0755 $(DESTDIR)/etc/lockfs
 	@if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 	@echo "installed $(PREFIX)/bin/lockfs, $(SBINDIR)/mount.fuse.lockfs, $(UNITDIR)/lockfs@.service, man pages and shell completion"
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/lockfs $(DESTDIR)$(SBINDIR)/mount.fuse.lockfs $(DESTDIR)$(UNITDIR)/lockfs@.service
+	rm -f $(DESTDIR)$(LOGROTATEDIR)/lockfs
 	rm -f $(DESTDIR)$(MANDIR)/man1/lockfs.1 $(DESTDIR)$(MANDIR)/man1/lockfs-*.1
 	rm -f $(DESTDIR)$(COMPDIR_BASH)/lockfs $(DESTDIR)$(COMPDIR_ZSH)/_lockfs $(DESTDIR)$(COMPDIR_FISH)/lockfs.fish

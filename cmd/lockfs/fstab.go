@@ -110,7 +110,9 @@ func runMountHelper(args []string, stdout, stderr io.Writer) error {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
 	// mount(8) runs helpers with a minimal environment; the daemon needs
 	// fusermount3 on PATH.
-	cmd.Env = append(os.Environ(), "PATH="+helperPath(os.Getenv("PATH")))
+	// The detached daemon is not the main process of whatever unit runs
+	// mount(8): its notifications would only be refused there.
+	cmd.Env = append(withoutEnv(os.Environ(), notifySocketEnv), "PATH="+helperPath(os.Getenv("PATH")))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return err
@@ -176,4 +178,15 @@ func helperPath(path string) string {
 		return std
 	}
 	return path + ":" + std
+}
+
+// withoutEnv returns env without the variable name.
+func withoutEnv(env []string, name string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

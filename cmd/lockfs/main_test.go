@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -258,5 +260,31 @@ func TestParseMountinfo(t *testing.T) {
 	}
 	if got := unescapeOctal(`a\134b\011c\`); got != "a\\b\tc\\" {
 		t.Errorf("unescapeOctal = %q", got)
+	}
+}
+
+// TestSdNotifyAbstract: "@name" in $NOTIFY_SOCKET is an abstract socket
+// (how systemd names it in some setups); the datagram arrives whole.
+func TestSdNotifyAbstract(t *testing.T) {
+	name := fmt.Sprintf("lockfs-test-notify-%d", os.Getpid())
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: "\x00" + name, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	t.Setenv(notifySocketEnv, "@"+name)
+	if err := sdNotify("READY=1\nSTATUS=x"); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 256)
+	ln.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, _, err := ln.ReadFromUnix(buf)
+	if err != nil || string(buf[:n]) != "READY=1\nSTATUS=x" {
+		t.Fatalf("received %q, %v", buf[:n], err)
+	}
+	// Without the variable nothing is sent and nothing fails.
+	t.Setenv(notifySocketEnv, "")
+	if err := sdNotify("READY=1"); err != nil {
+		t.Fatal(err)
 	}
 }

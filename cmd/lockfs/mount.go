@@ -164,6 +164,9 @@ func runMount(mf mountFlags, source, mountpoint string, stderr io.Writer) error 
 	}
 	log.WithFields(logrus.Fields{"version": Version(), "on_lease_loss": signalName(lossSig), "admin_socket": d.adminPath}).
 		Infof("mounted %s at %s (backend %s)", paths.source, paths.mountpoint, describeBackend(mf, d.hostID))
+	// The mount answers from here on: units ordered after a Type=notify
+	// lockfs@.service start now, not before the mountpoint exists.
+	d.notify("READY=1\nSTATUS=serving " + paths.source + " at " + paths.mountpoint)
 	return d.run(sigs)
 }
 
@@ -283,10 +286,12 @@ func (d *daemon) run(sigs <-chan os.Signal) error {
 	case <-d.served:
 		// Someone else unmounted (lockfs unmount, fusermount3 -u).
 		d.log.Info("unmounted from outside: releasing every lock and stopping")
+		d.notify("STOPPING=1\nSTATUS=unmounted from outside: releasing every lock")
 		d.stopServices()
 		return d.finish(d.serveErr)
 	case s := <-sigs:
 		d.log.WithField("signal", s.String()).Info("stopping: refusing new locks, releasing every lock, unmounting")
+		d.notify("STOPPING=1\nSTATUS=stopping on " + s.String() + ": releasing every lock, unmounting")
 	}
 
 	d.stopServices()
@@ -346,6 +351,14 @@ func (d *daemon) run(sigs <-chan os.Signal) error {
 	}
 	d.log.Info("stopped")
 	return nil
+}
+
+// notify tells the service manager about the daemon's state (sd_notify);
+// a failure is logged, never fatal: the mount works without systemd.
+func (d *daemon) notify(state string) {
+	if err := sdNotify(state); err != nil {
+		d.log.WithError(err).Warn("telling systemd the daemon's state")
+	}
 }
 
 // finish closes everything after the mount went away without a signal.
