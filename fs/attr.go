@@ -99,8 +99,22 @@ func (n *node) Getattr(ctx context.Context, req *fuse.GetattrRequest, resp *fuse
 func (n *node) Setattr(ctx context.Context, req *fuse.SetattrRequest, resp *fuse.SetattrResponse) error {
 	v := req.Valid
 	err := n.withFd(v.Size(), func(fd int) error {
+		if n.ftype == unix.S_IFREG {
+			var pre, post inodeStat
+			if fstat(fd, &pre) != nil {
+				defer n.forgetCache()
+			} else {
+				defer func() {
+					if fstat(fd, &post) == nil {
+						n.noteChange(&pre, &post)
+					} else {
+						n.forgetCache()
+					}
+				}()
+			}
+		}
 		if v.Size() {
-			if err := truncateFd(fd, int64(req.Size)); err != nil {
+			if err := n.truncate(fd, int64(req.Size)); err != nil {
 				return err
 			}
 		}
@@ -147,6 +161,24 @@ func (n *node) Setattr(ctx context.Context, req *fuse.SetattrRequest, resp *fuse
 	if err != nil {
 		return n.fs.fail("setattr", n.path(), err)
 	}
+	return nil
+}
+
+// truncate sets the size of n, a regular file behind fd, and of its
+// shared-memory twin if it has one.
+func (n *node) truncate(fd int, size int64) error {
+	n.mu.Lock()
+	t := n.twin
+	n.mu.Unlock()
+	if t == nil {
+		return truncateFd(fd, size)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := truncateFd(fd, size); err != nil {
+		return err
+	}
+	t.truncateLocked(size)
 	return nil
 }
 

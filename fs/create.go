@@ -244,6 +244,9 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 		return nil, nil, d.fs.fail("create", d.childPath(name), syscall.EIO)
 	}
 	h := f.newHandle(fd, flags, &st)
+	if f.openCache(&st, h.shared) {
+		resp.Flags |= fuse.OpenKeepCache
+	}
 	setEntryAttr(ctx, f, &st)
 	resp.EntryValid = entryValid
 	return f, h, nil

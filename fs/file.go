@@ -85,14 +85,18 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 		closeFd(fd)
 		return nil, n.fs.fail("open", n.path(), err)
 	}
-	return n.newHandle(fd, flags, &st), nil
+	h := n.newHandle(fd, flags, &st)
+	if n.openCache(&st, h.shared) {
+		resp.Flags |= fuse.OpenKeepCache
+	}
+	return h, nil
 }
 
 // newHandle wraps a backing descriptor of a regular file, opened with
 // flags, as an open handle of n; st is the inode's attributes, taken from fd.
 func (n *File) newHandle(fd, flags int, st *inodeStat) *fileHandle {
 	of := &openFile{fd: fd, write: flags&unix.O_ACCMODE != unix.O_RDONLY}
-	h := &fileHandle{n: n, key: keyOf(st), of: of}
+	h := &fileHandle{n: n, key: keyOf(st), of: of, shared: n.isSharedMemory()}
 	n.addOpen(h.of)
 	return h
 }
@@ -159,6 +163,9 @@ type fileHandle struct {
 	of *openFile
 	// key is the backing inode behind of (n's). Locks go by it.
 	key inodeKey
+	// shared is set if the file is a shared-memory file (cache.go), by
+	// its name when opened.
+	shared bool
 
 	// Mutable state
 	mu sync.Mutex
@@ -180,6 +187,21 @@ var (
 
 // Read reads at an offset; a short result means end of file.
 func (h *fileHandle) Read(ctx context.Context, req *fuse.ReadRequest, resp *fuse.ReadResponse) error {
+	if h.shared {
+		t := h.n.twinOf()
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if err := h.read(req, resp); err != nil {
+			return err
+		}
+		t.recordLocked(req.Offset, resp.Data, len(resp.Data) < req.Size)
+		return nil
+	}
+	return h.read(req, resp)
+}
+
+// read is Read.
+func (h *fileHandle) read(req *fuse.ReadRequest, resp *fuse.ReadResponse) error {
 	buf := resp.Data[:req.Size]
 	done := 0
 	for done < len(buf) {
@@ -203,9 +225,32 @@ func (h *fileHandle) Read(ctx context.Context, req *fuse.ReadRequest, resp *fuse
 // the backing descriptor carries O_APPEND, so writes land at SOURCE's end
 // of file even when another program appended meanwhile).
 func (h *fileHandle) Write(ctx context.Context, req *fuse.WriteRequest, resp *fuse.WriteResponse) error {
+	var pre, post inodeStat
+	track := fstat(h.of.fd, &pre) == nil
+	defer func() {
+		if track && fstat(h.of.fd, &post) == nil {
+			h.n.noteChange(&pre, &post)
+		} else {
+			h.n.forgetCache()
+		}
+	}()
+	if h.shared {
+		return h.writeShared(req, resp)
+	}
+	done, err := pwriteAll(h.of.fd, req.Data, req.Offset)
+	if err != nil {
+		return h.n.fs.fail("write", h.n.path(), err)
+	}
+	resp.Size = done
+	return nil
+}
+
+// pwriteAll writes data at off, retrying short writes. An error after some
+// bytes were written ends the write short, without the error.
+func pwriteAll(fd int, data []byte, off int64) (int, error) {
 	done := 0
-	for done < len(req.Data) {
-		got, err := unix.Pwrite(h.of.fd, req.Data[done:], req.Offset+int64(done))
+	for done < len(data) {
+		got, err := unix.Pwrite(fd, data[done:], off+int64(done))
 		if err == unix.EINTR {
 			continue
 		}
@@ -213,16 +258,43 @@ func (h *fileHandle) Write(ctx context.Context, req *fuse.WriteRequest, resp *fu
 			if done > 0 {
 				break
 			}
-			return h.n.fs.fail("write", h.n.path(), err)
+			return 0, err
 		}
 		done += got
 	}
+	return done, nil
+}
+
+// writeShared writes to a shared-memory file (shm.go): a page written back
+// from the kernel's cache writes only the bytes stored through a mapping.
+func (h *fileHandle) writeShared(req *fuse.WriteRequest, resp *fuse.WriteResponse) error {
+	t := h.n.twinOf()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	done := len(req.Data)
+	var err error
+	if req.Flags&fuse.WriteCache != 0 {
+		err = t.changedRunsLocked(req.Offset, req.Data, func(off int64, run []byte) error {
+			got, err := pwriteAll(h.of.fd, run, off)
+			if err == nil && got < len(run) {
+				err = unix.ENOSPC
+			}
+			return err
+		})
+	} else {
+		done, err = pwriteAll(h.of.fd, req.Data, req.Offset)
+	}
+	if err != nil {
+		return h.n.fs.fail("write", h.n.path(), err)
+	}
+	t.recordLocked(req.Offset, req.Data[:done], false)
 	resp.Size = done
 	return nil
 }
 
 // FAllocate passes fallocate(2) through.
 func (h *fileHandle) FAllocate(ctx context.Context, req *fuse.FAllocateRequest) error {
+	defer h.n.forgetCache()
 	if err := unix.Fallocate(h.of.fd, uint32(req.Mode), int64(req.Offset), int64(req.Length)); err != nil {
 		return h.n.fs.fail("fallocate", h.n.path(), err)
 	}
@@ -232,6 +304,9 @@ func (h *fileHandle) FAllocate(ctx context.Context, req *fuse.FAllocateRequest) 
 // Flush is sent at every close(2) of a descriptor of the file: POSIX record
 // locks of the closing process end (filelock.go).
 func (h *fileHandle) Flush(ctx context.Context, req *fuse.FlushRequest) error {
+	if h.shared {
+		h.lockCache(true) // its POSIX locks end: as an unlock
+	}
 	h.n.fs.dropOwner(h.key, req.LockOwner)
 	return nil
 }

@@ -200,7 +200,15 @@ func (h *fileHandle) try(req *fuse.LockRequest) error {
 		default:
 			return syscall.EINVAL
 		}
-		return unix.Flock(h.of.fd, how)
+		if how == unix.LOCK_UN {
+			h.lockCache(true)
+			return unix.Flock(h.of.fd, how)
+		}
+		err := unix.Flock(h.of.fd, how)
+		if err == nil {
+			h.lockCache(false)
+		}
+		return err
 	}
 	lk := flockT(req.Lock, req.Lock.Type)
 	if req.Lock.Type == fuse.LockUnlock {
@@ -210,6 +218,7 @@ func (h *fileHandle) try(req *fuse.LockRequest) error {
 		if o == nil {
 			return nil // nothing held
 		}
+		h.lockCache(true)
 		_, err := o.do(func(fd int) error { return unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk) })
 		return err
 	}
@@ -224,6 +233,7 @@ func (h *fileHandle) try(req *fuse.LockRequest) error {
 		}
 		if err == nil {
 			o.pid.Store(req.Lock.PID)
+			h.lockCache(false)
 		}
 		return err
 	}

@@ -40,6 +40,11 @@ type Config struct {
 	// reach the engine (EACCES: no permission on the directory), so that
 	// metrics count every refusal; the engine reports the others.
 	Observer lockmgr.Observer
+	// KeepCacheUnsafe keeps the kernel's cache of every file across opens
+	// and lock grants whatever happens in SOURCE: data written there or
+	// through another mount may then be read stale and lost. Only the
+	// coherence tests set it, as their control.
+	KeepCacheUnsafe bool
 }
 
 // Reserved names. The control files appear in every directory; the files
@@ -122,6 +127,9 @@ type FS struct {
 
 	// closed is set by Close.
 	closed atomic.Bool
+	// server is the bazil server serving the mount, set by Serve: the
+	// kernel's caches are invalidated through it (cache.go).
+	server atomic.Pointer[fusefs.Server]
 
 	// nodesMu guards nodes.
 	nodesMu sync.Mutex

@@ -58,6 +58,14 @@ type node struct {
 	// A handle leaves the set when it is released; its descriptor is
 	// closed then, or by its last borrower (borrowOpen). GUARDED_BY(mu)
 	open map[*openFile]struct{}
+	// cacheVer is the version of the backing file that the kernel's
+	// cached pages of a regular file are no older than, if cacheKnown
+	// (cache.go). GUARDED_BY(mu)
+	cacheVer   fileVersion
+	cacheKnown bool
+	// twin is a shared-memory file's copy of the kernel's cached pages
+	// (shm.go), made on first use. GUARDED_BY(mu)
+	twin *shmTwin
 }
 
 // openFile is the backing descriptor of one open handle.

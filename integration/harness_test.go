@@ -123,6 +123,7 @@ type mountConfig struct {
 	setup func(src string) // runs on SOURCE before mounting
 	open  func(dir string) // runs on the test's temp dir (permissions)
 	src   string           // use this SOURCE instead of a fresh one
+	env   []string         // extra environment of the daemon
 }
 
 // mountOpt configures mount.
@@ -141,6 +142,11 @@ func withSetup(f func(src string)) mountOpt {
 // withSource mounts an existing SOURCE.
 func withSource(src string) mountOpt {
 	return func(c *mountConfig) { c.src = src }
+}
+
+// withEnv adds VAR=value entries to the daemon's environment.
+func withEnv(env ...string) mountOpt {
+	return func(c *mountConfig) { c.env = append(c.env, env...) }
 }
 
 // withWorldTraversable makes the test's directories traversable by every
@@ -204,13 +210,19 @@ func mount(t *testing.T, opts ...mountOpt) *Mount {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	m := startMount(t, src, mnt, cfg.args...)
+	m := startMountEnv(t, src, mnt, cfg.env, cfg.args...)
 	m.waitReady()
 	return m
 }
 
 // startMount starts the daemon without waiting for the mount.
 func startMount(t *testing.T, src, mnt string, args ...string) *Mount {
+	t.Helper()
+	return startMountEnv(t, src, mnt, nil, args...)
+}
+
+// startMountEnv is startMount with extra environment for the daemon.
+func startMountEnv(t *testing.T, src, mnt string, env []string, args ...string) *Mount {
 	t.Helper()
 	logPath := filepath.Join(filepath.Dir(mnt), fmt.Sprintf("lockfs-%d.log", time.Now().UnixNano()))
 	logf, err := os.Create(logPath)
@@ -224,7 +236,7 @@ func startMount(t *testing.T, src, mnt string, args ...string) *Mount {
 	argv := append([]string{"mount", "--log-level", level}, args...)
 	argv = append(argv, src, mnt)
 	cmd := exec.Command(lockfsBin, argv...)
-	cmd.Env = daemonEnv()
+	cmd.Env = append(daemonEnv(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -59,6 +59,11 @@ const (
 	closeTimeout = 30 * time.Second
 )
 
+// keepCacheEnv, set to 1 in a daemon's environment, makes it keep the
+// kernel's cache of files regardless of SOURCE (fs.Config.KeepCacheUnsafe):
+// the control of the coherence tests, never for use.
+const keepCacheEnv = "LOCKFS_TEST_KEEP_CACHE"
+
 // mountFlags are the flags of "lockfs mount".
 type mountFlags struct {
 	backend     string
@@ -246,8 +251,12 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 	}
 	undo = append(undo, func() { engine.Close() })
 	m.RegisterBuildInfo(Version(), mf.backend)
+	keepCache := os.Getenv(keepCacheEnv) == "1"
+	if keepCache {
+		log.Warnf("%s=1: the kernel's cache is kept whatever changes in SOURCE; data written there or through another mount can be read stale and lost (for tests only)", keepCacheEnv)
+	}
 	f, err := fs.New(fs.Config{Source: paths.source, Engine: engine, Logger: log, Host: host, ObserveOp: m.FUSEOp,
-		ListControlFiles: mf.listCtl, Observer: m})
+		ListControlFiles: mf.listCtl, Observer: m, KeepCacheUnsafe: keepCache})
 	if err != nil {
 		return nil, err
 	}

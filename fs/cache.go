@@ -1,0 +1,174 @@
+package fs
+
+import (
+	"errors"
+	"strings"
+
+	"bazil.org/fuse"
+	fusefs "bazil.org/fuse/fs"
+	"golang.org/x/sys/unix"
+)
+
+// The kernel's page cache of regular files, when reads and writes reach
+// the daemon (no FUSE passthrough). See docs/DATA-PATH.md for the
+// guarantee as users see it.
+//
+// Writes are written through (no writeback cache), so the backing file
+// always holds what was written through this mount; what can go stale is
+// the kernel's copy of a file that changed in SOURCE directly or through
+// another mount. The daemon keeps, per node, the version of the backing
+// file (inode, size, mtime, ctime: fileVersion) that the kernel's cached
+// pages are known to be no older than:
+//
+//   - open: if the backing file still has that version, the open keeps the
+//     cache (FOPEN_KEEP_CACHE); otherwise the kernel drops it. Either way
+//     the version becomes the file's current one.
+//   - lock grant (flock, fcntl, OFD, on any range): the same check, and a
+//     changed file has its cached pages and attributes invalidated before
+//     the lock is answered, so the locker reads what the previous holder
+//     wrote, wherever it wrote it (as NFS does).
+//   - writes, truncates and fallocates through this mount change the
+//     backing file and the kernel's cache alike: the daemon takes the
+//     backing file's version before and after, and if the version before
+//     was the known one, the one after becomes known (the change was only
+//     ours); otherwise the cache is unknown and the next check drops it.
+//
+// Shared-memory files (a name ending in "-shm", SQLite's WAL index) are
+// mapped with MAP_SHARED by every process that uses them, and a store
+// into such a mapping reaches neither the daemon nor another mount's
+// cache. They are never kept across opens, and every lock or unlock
+// request on one invalidates its cached pages whatever its version: the
+// kernel first writes the pages dirtied through mappings back through the
+// daemon (to SOURCE), then drops them, so that the next access reads
+// SOURCE. A lock request on NAME-shm also revalidates NAME and NAME-wal,
+// the files whose consistency the WAL index's locks guard (SQLite takes
+// no lock on them while in WAL mode).
+
+// fileVersion is what tells a changed backing file from an unchanged one.
+type fileVersion struct {
+	ino          uint64
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+// versionOf returns the version of the file st describes.
+func versionOf(st *inodeStat) fileVersion {
+	return fileVersion{ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+}
+
+// sharedMemorySuffix marks a shared-memory file (SQLite's "-shm").
+const sharedMemorySuffix = "-shm"
+
+// isSharedMemory reports whether n is a shared-memory file, by its newest name.
+func (n *File) isSharedMemory() bool {
+	n.fs.treeMu.RLock()
+	defer n.fs.treeMu.RUnlock()
+	return len(n.links) > 0 && strings.HasSuffix(n.links[0].name, sharedMemorySuffix)
+}
+
+// openCache records the version of the file just opened (st) and reports
+// whether the open may keep the kernel's cached pages.
+func (n *node) openCache(st *inodeStat, shared bool) bool {
+	if n.fs.cfg.KeepCacheUnsafe {
+		return true
+	}
+	v := versionOf(st)
+	n.mu.Lock()
+	keep := n.cacheKnown && n.cacheVer == v && !shared
+	n.cacheVer, n.cacheKnown = v, true
+	n.mu.Unlock()
+	return keep
+}
+
+// noteChange records a change the daemon made to n's backing file, which
+// had version pre before and post after it.
+func (n *node) noteChange(pre, post *inodeStat) {
+	n.mu.Lock()
+	if n.cacheKnown && n.cacheVer == versionOf(pre) {
+		n.cacheVer = versionOf(post)
+	} else {
+		n.cacheKnown = false
+	}
+	n.mu.Unlock()
+}
+
+// forgetCache records a change the daemon made to n's backing file whose
+// versions it could not take: the next check drops the kernel's cache.
+func (n *node) forgetCache() {
+	n.mu.Lock()
+	n.cacheKnown = false
+	n.mu.Unlock()
+}
+
+// revalidate drops the kernel's cache of n if the backing file (st) is
+// not at the known version, or always if force; the version becomes st's.
+func (n *File) revalidate(st *inodeStat, force bool) {
+	v := versionOf(st)
+	n.mu.Lock()
+	stale := force || !n.cacheKnown || n.cacheVer != v
+	n.cacheVer, n.cacheKnown = v, true
+	n.mu.Unlock()
+	if stale {
+		n.fs.invalidateData(n)
+	}
+}
+
+// lockCache revalidates the kernel's cache of h's file for a lock request
+// that was granted, or an unlock about to be made: see the top of the file.
+func (h *fileHandle) lockCache(unlock bool) {
+	n := h.n
+	if n.fs.cfg.KeepCacheUnsafe {
+		return
+	}
+	shared := h.shared
+	if unlock && !shared {
+		return // writes went through already
+	}
+	var st inodeStat
+	if err := fstat(h.of.fd, &st); err != nil {
+		n.fs.invalidateData(n)
+		return
+	}
+	n.revalidate(&st, shared)
+	if shared {
+		n.revalidateSiblings()
+	}
+}
+
+// revalidateSiblings revalidates NAME and NAME-wal for n, NAME-shm: the
+// nodes of those names that the kernel knows, if any.
+func (n *File) revalidateSiblings() {
+	n.fs.treeMu.RLock()
+	if len(n.links) == 0 {
+		n.fs.treeMu.RUnlock()
+		return
+	}
+	l := n.links[0]
+	n.fs.treeMu.RUnlock()
+	base := strings.TrimSuffix(l.name, sharedMemorySuffix)
+	for _, name := range []string{base, base + "-wal"} {
+		var st inodeStat
+		err := l.dir.at(func(dirFd int, _ *inodeStat) error { return lstatAt(dirFd, name, &st) })
+		if err != nil {
+			continue
+		}
+		n.fs.nodesMu.Lock()
+		sib, _ := n.fs.nodes[keyOf(&st)].(*File)
+		n.fs.nodesMu.Unlock()
+		if sib != nil {
+			sib.revalidate(&st, false)
+		}
+	}
+}
+
+// invalidateData drops the kernel's cached pages and attributes of n. A
+// node the kernel does not know has nothing cached.
+func (f *FS) invalidateData(n fusefs.Node) {
+	srv := f.server.Load()
+	if srv == nil {
+		return
+	}
+	if err := srv.InvalidateNodeData(n); err != nil && !errors.Is(err, fuse.ErrNotCached) {
+		f.log.WithError(err).Warn("invalidating the kernel's cache of a file")
+	}
+}
