@@ -123,11 +123,12 @@
 //
 //   - a new name: at once (failed lookups are not cached);
 //   - a file's size, times, mode, owner: at once;
-//   - a file's data: at each open(2), which drops the kernel's cached pages
-//     of the file (close-to-open consistency, as NFS). A descriptor that
-//     stays open through the mount may read stale pages of a file that
-//     another program writes directly in SOURCE; programs that share a file
-//     that way (a database) should all go through the mount, or reopen;
+//   - a file's data: at each open(2) and each lock granted on the file,
+//     which drop the kernel's cached pages if the file changed in SOURCE
+//     (close-to-open and lock consistency, as NFS; cache.go and
+//     docs/DATA-PATH.md). A descriptor that stays open without locking may
+//     read stale pages; shared-memory files (-shm) are revalidated at every
+//     lock and unlock (shm.go);
 //   - a name removed or replaced (rename over it, or rmdir and mkdir):
 //     at once for the next operation that reaches the daemon: the stale
 //     node answers ESTALE, the kernel looks the path up again and retries.
