@@ -14,12 +14,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/localbackend"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
 func newServer(t *testing.T) (*lockmgr.Engine, string, chan lockmgr.LostHold) {
 	t.Helper()
+	// Registered first, so that it checks after the server and the
+	// engine are closed below.
+	testutil.CheckGoroutines(t)
 	src := t.TempDir()
 	for _, d := range []string{"a/b", "c"} {
 		if err := os.MkdirAll(filepath.Join(src, d), 0o755); err != nil {
@@ -122,9 +126,7 @@ func TestStatusAndBreak(t *testing.T) {
 // away even when the socket's mode would let them connect; the control is
 // root, which gets in.
 func TestNonRoot(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root to run a client as another user")
-	}
+	testutil.RequireRoot(t, "to run a client as another user")
 	_, sock, _ := newServer(t)
 	if err := os.Chmod(sock, 0o666); err != nil {
 		t.Fatal(err)

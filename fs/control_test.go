@@ -35,6 +35,7 @@ type ctlMount struct {
 	src string // SOURCE
 	dir string // mount point
 	eng *lockmgr.Engine
+	fs  *FS
 }
 
 // testLogWriter sends log lines to the test log.
@@ -64,6 +65,8 @@ func newCtlMountConfig(t *testing.T, config func(*FS) *fusefs.Config) *ctlMount 
 // several mounts (daemons) may share.
 func newCtlMountAt(t *testing.T, src string, config func(*FS) *fusefs.Config) *ctlMount {
 	t.Helper()
+	// Registered first, so that it checks after the unmount below.
+	testutil.CheckGoroutines(t)
 	ptRequireFUSE(t, "flock")
 	dir := t.TempDir()
 	// Let the processes run as nobody reach both.
@@ -131,7 +134,7 @@ func newCtlMountAt(t *testing.T, src string, config func(*FS) *fusefs.Config) *c
 			t.Errorf("close: %v", err)
 		}
 	})
-	return &ctlMount{t: t, src: src, dir: dir, eng: eng}
+	return &ctlMount{t: t, src: src, dir: dir, eng: eng, fs: fsys}
 }
 
 // mkdir creates directories in SOURCE, mode 0755.
@@ -142,6 +145,33 @@ func (m *ctlMount) mkdir(rels ...string) {
 			m.t.Fatal(err)
 		}
 	}
+}
+
+// openHandles returns the number of open file descriptions of the control
+// file rel (as "a/.lock") that the daemon has not yet seen released.
+func (m *ctlMount) openHandles(rel string) int {
+	dir, name := filepath.Split(rel)
+	kind, ok := controlKind(name)
+	if !ok {
+		m.t.Fatalf("%s is no control file", rel)
+	}
+	id := lockmgr.LockID{Path: cleanDirPath(dir), Kind: kind}
+	c := m.fs.ctl
+	c.mu.Lock()
+	var nodes []*controlNode
+	for _, n := range c.nodes {
+		nodes = append(nodes, n)
+	}
+	c.mu.Unlock()
+	open := 0
+	for _, n := range nodes {
+		if n.lockID() == id {
+			n.mu.Lock()
+			open += n.open
+			n.mu.Unlock()
+		}
+	}
+	return open
 }
 
 // path returns the path of rel in the mount.
@@ -192,7 +222,7 @@ func runExit(t *testing.T, timeout time.Duration, name string, args ...string) (
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
@@ -213,7 +243,7 @@ func runExit(t *testing.T, timeout time.Duration, name string, args ...string) (
 func startLine(t *testing.T, want string, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(name, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -270,6 +300,8 @@ for line in sys.stdin:
         r = 'ok'
         if op == 'open':
             fds[a[1]] = os.open(a[2], os.O_RDWR | os.O_CREAT)
+        elif op == 'opena':
+            fds[a[1]] = os.open(a[2], os.O_WRONLY | os.O_APPEND)
         elif op == 'flock':
             fcntl.flock(fds[a[1]], FL[a[2]] | (fcntl.LOCK_NB if nb else 0))
         elif op == 'lockf':
@@ -282,6 +314,9 @@ for line in sys.stdin:
             r = 'lk %s %d' % (TYN[t], pid)
         elif op == 'write':
             n = os.write(fds[a[1]], json.loads(' '.join(a[2:])).encode())
+            r = 'wrote %d' % n
+        elif op == 'pwrite':
+            n = os.pwrite(fds[a[1]], json.loads(' '.join(a[3:])).encode(), int(a[2]))
             r = 'wrote %d' % n
         elif op == 'read':
             r = 'read ' + json.dumps(os.pread(fds[a[1]], 65536, 0).decode())
@@ -313,10 +348,8 @@ func python(t *testing.T) string {
 			return p
 		}
 	}
-	p, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("no python3")
-	}
+	testutil.RequireTools(t, "python3")
+	p, _ := exec.LookPath("python3")
 	return p
 }
 
@@ -325,7 +358,7 @@ func startPy(t *testing.T, uid, gid uint32) *ctlPy {
 	t.Helper()
 	cmd := exec.Command(python(t), "-c", ctlPyScript)
 	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if uid != 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uid, Gid: gid}
 	}
@@ -373,6 +406,11 @@ func (p *ctlPy) send(format string, args ...any) {
 
 // reply waits for the next answer; "" if none came within timeout.
 func (p *ctlPy) reply(timeout time.Duration) string {
+	select {
+	case l := <-p.lines: // an answer already there wins over timeout 0
+		return l
+	default:
+	}
 	select {
 	case l := <-p.lines:
 		return l

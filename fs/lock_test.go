@@ -165,7 +165,9 @@ func TestPOSIXReleasedAtAnyCloseOFDAtLast(t *testing.T) {
 	p.must("ok", "ofd o ex")
 	p.must("ok", "open other %s", g)
 	p.must("ok", "close other")
-	time.Sleep(100 * time.Millisecond) // Release is asynchronous
+	// Release is asynchronous: wait until the daemon has seen it, so that
+	// the check below cannot pass for coming too early.
+	testutil.Eventually(t, "the release of the other open file description", func() bool { return m.openHandles("b/.lock") == 1 })
 	if flockNB(t, "-x", g) {
 		t.Fatal("the OFD lock went at the close of another open file description")
 	}
@@ -196,8 +198,11 @@ func TestKilledHolderFreesWaiter(t *testing.T) {
 	waiter := startPy(t, 0, 0)
 	waiter.must("ok", "open f %s", f)
 	waiter.send("flock f ex")
-	// Control: the waiter really waits while the holder lives.
-	if r := waiter.reply(300 * time.Millisecond); r != "" {
+	// Control: the waiter really waits while the holder lives. It is
+	// queued in the engine first, so that the check cannot pass for
+	// coming before the request arrived.
+	testutil.Eventually(t, "the waiter to queue", func() bool { return strings.Contains(m.status("a/.lock"), "\nwaiters 1\n") })
+	if r := waiter.reply(0); r != "" {
 		t.Fatalf("waiter got %q while the lock is held", r)
 	}
 	holder.kill()

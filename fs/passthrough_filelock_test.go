@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // ptProc is a helper process that took a lock and holds it until stopped.
@@ -23,7 +25,10 @@ type ptProc struct {
 // ptStartPy runs a Python script and waits until it prints "locked".
 func ptStartPy(t *testing.T, script string, args ...string) *ptProc {
 	t.Helper()
+	testutil.RequireTools(t, "python3")
 	cmd := exec.Command("python3", append([]string{"-c", script}, args...)...)
+	// A session of its own: no signal meant for it reaches the test runner.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -287,9 +292,7 @@ func TestPTLockWaitEndsOnSignal(t *testing.T) {
 // each into one database on the mount: SQLite's POSIX locks must exclude
 // them from each other for the database to stay whole.
 func TestPTSQLiteConcurrentWriters(t *testing.T) {
-	if _, err := exec.LookPath("sqlite3"); err != nil {
-		t.Skip("sqlite3 not installed")
-	}
+	testutil.RequireTools(t, "sqlite3")
 	m := newPTMount(t)
 	db := m.m("test.db")
 	if code, out := ptSh(t, 30*time.Second, "sqlite3 "+db+" 'CREATE TABLE t(p INTEGER, i INTEGER);'"); code != 0 {

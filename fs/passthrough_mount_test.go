@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/localbackend"
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -78,10 +79,7 @@ func ptRequireFUSE(t testing.TB, tools ...string) {
 		return nil
 	}()
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("FUSE is unavailable: %v", err)
-		}
-		t.Skipf("FUSE is unavailable: %v", err)
+		testutil.Missing(t, "FUSE is unavailable: %v", err)
 	}
 }
 
@@ -104,6 +102,8 @@ func newPTMount(t testing.TB) *ptMount {
 // hides); opts adjust the configuration.
 func newPTMountAt(t testing.TB, src, mnt string, opts ...func(*Config)) *ptMount {
 	t.Helper()
+	// Registered first, so that it checks after the unmount below.
+	testutil.CheckGoroutines(t)
 	ptRequireFUSE(t)
 	log := logrus.New()
 	log.Out = ptLogWriter{t}
@@ -140,10 +140,7 @@ func newPTMountAt(t testing.TB, src, mnt string, opts ...func(*Config)) *ptMount
 	if err != nil {
 		f.Close()
 		eng.Close()
-		if os.Getenv("CI") != "true" {
-			t.Skipf("mount: %v", err)
-		}
-		t.Fatalf("mount: %v", err)
+		testutil.Missing(t, "mount: %v", err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- Serve(conn, f) }()

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // ptListed returns the sorted names readdir lists in dir.
@@ -187,9 +189,7 @@ func lstat(t testing.TB, p string) *unix.Stat_t {
 }
 
 func TestPTNewFilesBelongToTheirCreator(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the daemon gives new files away only as root")
-	}
+	testutil.RequireRoot(t, "the daemon gives new files away only as root")
 	m := newPTMount(t)
 	const nobody = 65534
 	if err := os.Chmod(m.s(""), 0o777); err != nil {
@@ -243,9 +243,7 @@ func TestPTNewFilesBelongToTheirCreator(t *testing.T) {
 }
 
 func TestPTStickyDirectory(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to act as two users")
-	}
+	testutil.RequireRoot(t, "to act as two users")
 	m := newPTMount(t)
 	if err := os.Mkdir(m.s("tmp"), 0o777); err != nil {
 		t.Fatal(err)

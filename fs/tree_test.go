@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // treeScript builds a tree through the mount, locks some of its directories
@@ -42,7 +44,7 @@ echo done
 // locked, because readdir lists no control file (SPEC §1). Control: the
 // same rm -rf with the control files listed fails on them.
 func TestTreeToolsSkipControlFiles(t *testing.T) {
-	requireTools(t, "flock", "python3", "tar", "diff", "find", "du", "cp")
+	testutil.RequireTools(t, "flock", "python3", "tar", "diff", "find", "du", "cp")
 	m := newPTMount(t)
 	out := t.TempDir()
 	code, text := ptSh(t, time.Minute, "MNT="+m.mnt+" SRC="+m.src+" OUT="+out+"\n"+treeScript)
@@ -65,7 +67,7 @@ func TestTreeToolsSkipControlFiles(t *testing.T) {
 }
 
 func TestTreeToolsControlListed(t *testing.T) {
-	requireTools(t, "flock")
+	testutil.RequireTools(t, "flock")
 	src, mnt := t.TempDir(), t.TempDir()
 	m := newPTMountAt(t, src, mnt, func(c *Config) { c.ListControlFiles = true })
 	code, text := ptSh(t, time.Minute, "cd "+m.mnt+" && mkdir -p t/a && flock t/a/.lock true && rm -rf t")
