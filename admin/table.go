@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"text/tabwriter"
 	"time"
+
+	"github.com/lockfs/lockfs/lockmgr"
 )
 
 // WriteTable prints a status reply for people, one row per holder and per
@@ -14,7 +16,7 @@ func WriteTable(w io.Writer, r Reply, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PATH\tKIND\tROLE\tMODE\tHOST\tPID\tUID\tCOMMAND\tAGE\tTOKEN\tLEASE\tNOTE")
 	for _, l := range r.Locks {
-		path := l.Path
+		path := lockmgr.QuoteName(l.Path)
 		if path == "." {
 			path = "/"
 		}
@@ -33,8 +35,8 @@ func WriteTable(w io.Writer, r Reply, now time.Time) error {
 				role += ",LOST"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", path, l.Kind, role, h.Mode,
-				orDash(h.Host), num(h.PID), uid(h.UID, h.Hidden), orDash(h.Command), age(now, h.Since),
-				token(h.Token), lease, orDash(h.Note))
+				orDash(h.Host), num(h.PID), uid(h.UID, h.Hidden), orDash(lockmgr.QuoteName(h.Command)), age(now, h.Since),
+				token(h.Token), lease, orDash(lockmgr.QuoteName(h.Note)))
 		}
 		for _, wt := range l.Waiters {
 			role := "waiting"
@@ -42,7 +44,7 @@ func WriteTable(w io.Writer, r Reply, now time.Time) error {
 				role = "waiting(below)"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", path, l.Kind, role, wt.Mode,
-				"-", num(wt.PID), uid(wt.UID, wt.Hidden), orDash(wt.Command), age(now, wt.Since), "-", lease, "-")
+				"-", num(wt.PID), uid(wt.UID, wt.Hidden), orDash(lockmgr.QuoteName(wt.Command)), age(now, wt.Since), "-", lease, "-")
 		}
 	}
 	return tw.Flush()

@@ -313,19 +313,27 @@ func (h *controlHandle) Read(ctx context.Context, req *fuse.ReadRequest, resp *f
 	return nil
 }
 
-// Write keeps data as (part of) this handle's note, at the offset the
-// kernel gives, as a file would. The note may not grow beyond maxNoteSize.
+// Write keeps data as (part of) this handle's note. The note behaves as a
+// small file of this open file description's own (at most maxNoteSize
+// bytes, EFBIG beyond): a write goes at the kernel's offset, which is the
+// descriptor's own position, and with O_APPEND at the end of the note. (The
+// kernel computes an O_APPEND offset from the size it last saw any handle
+// of the file reach, which is not this note's.)
 func (h *controlHandle) Write(ctx context.Context, req *fuse.WriteRequest, resp *fuse.WriteResponse) error {
-	if req.Offset < 0 || req.Offset+int64(len(req.Data)) > maxNoteSize {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	off := req.Offset
+	if req.FileFlags&fuse.OpenAppend != 0 {
+		off = int64(len(h.note))
+	}
+	if off < 0 || off+int64(len(req.Data)) > maxNoteSize {
 		return syscall.EFBIG
 	}
-	end := int(req.Offset) + len(req.Data)
-	h.mu.Lock()
+	end := int(off) + len(req.Data)
 	if end > len(h.note) {
 		h.note = append(h.note, make([]byte, end-len(h.note))...)
 	}
-	copy(h.note[req.Offset:], req.Data)
-	h.mu.Unlock()
+	copy(h.note[off:], req.Data)
 	resp.Size = len(req.Data)
 	return nil
 }

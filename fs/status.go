@@ -21,7 +21,9 @@ import (
 //	you holder token=17               only when read through a descriptor that holds
 //	                                  the lock explicitly: the reader's own token,
 //	                                  then the word lost if its lease was lost
-//	lock a/b/.lock                    the control file, relative to the mount root
+//	lock a/b/.lock                    the control file, relative to the mount root;
+//	                                  Go-quoted if the path has a character that
+//	                                  would need escaping (lockmgr.QuoteName)
 //	kind dir                          dir, newdir or usage
 //	mode exclusive                    the strongest mode held: none, shared or exclusive
 //	holder host=h1 pid=1234 uid=0 mode=exclusive since=2026-11-29T18:00:00Z token=17 explicit you note="deploying v1.2"
@@ -71,7 +73,7 @@ func (n *controlNode) statusText(reader *controlHandle, uid uint32) []byte {
 			break
 		}
 	}
-	fmt.Fprintf(&b, "lock %s\n", id)
+	fmt.Fprintf(&b, "lock %s\n", lockmgr.QuoteName(id.String()))
 	fmt.Fprintf(&b, "kind %s\n", id.Kind)
 	fmt.Fprintf(&b, "mode %s\n", st.Mode)
 	for _, h := range st.Holders {
