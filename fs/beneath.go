@@ -7,6 +7,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/resolve"
 )
 
 // Safety: every backing operation resolves beneath SOURCE.
@@ -40,16 +42,9 @@ func openBeneath(dirFd int, rel string, flags int, mode uint32) (int, error) {
 	if flags&(unix.O_CREAT|unix.O_TMPFILE) != 0 {
 		how.Mode = uint64(mode)
 	}
-	for i := 0; ; i++ {
-		fd, err := unix.Openat2(dirFd, rel, &how)
-		// EAGAIN: a concurrent rename somewhere made the kernel unsure
-		// that ".." resolution stayed beneath; trying again is the
-		// documented answer.
-		if (err == unix.EAGAIN || err == unix.EINTR) && i < 64 {
-			continue
-		}
-		return fd, err
-	}
+	// A path longer than one call takes (a tree deeper than PATH_MAX)
+	// is resolved piece by piece, each beneath the last (resolve).
+	return resolve.Openat2(dirFd, rel, &how)
 }
 
 // procFdPath names the inode behind our own descriptor fd. Path-based calls

@@ -85,7 +85,9 @@
 // resolves every path relative to it with openat2(2) and RESOLVE_BENEATH |
 // RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, always with O_NOFOLLOW:
 // resolution can neither leave SOURCE (through "..", an absolute symlink
-// or a mount point's parent) nor follow any symlink. Following none is
+// or a mount point's parent) nor follow any symlink. A path longer than one
+// call takes (a tree deeper than PATH_MAX) is resolved piece by piece, each
+// piece beneath the directory the last one opened (internal/resolve). Following none is
 // exact, not a restriction: the kernel resolves the symlinks of the mount
 // itself, component by component, so a backing path of a node never
 // contains one unless SOURCE changed under the mount (or someone races to

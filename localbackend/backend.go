@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/resolve"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -249,7 +250,7 @@ func (b *Backend) unnamed(f *os.File, rel string) (bool, error) {
 		return true, nil
 	}
 	var now unix.Stat_t
-	err := fdDo(b.src, func(srcFD int) error { return unix.Fstatat(srcFD, rel, &now, unix.AT_SYMLINK_NOFOLLOW) })
+	err := fdDo(b.src, func(srcFD int) error { return resolve.Lstat(srcFD, rel, resolveSafely, &now) })
 	switch {
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
 		return true, nil

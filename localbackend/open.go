@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/resolve"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -94,13 +95,9 @@ func openBacking(srcFD int, rel string) (f *os.File, writable bool, err error) {
 	return os.NewFile(uintptr(fd), rel), writable, nil
 }
 
+// openat2 opens rel beneath dirFD, whatever its length (resolve.Openat2).
 func openat2(dirFD int, rel string, how *unix.OpenHow) (int, error) {
-	for {
-		fd, err := unix.Openat2(dirFD, rel, how)
-		if err != unix.EINTR {
-			return fd, err
-		}
-	}
+	return resolve.Openat2(dirFD, rel, how)
 }
 
 // openError explains a failed backing-file open. A missing directory (or a
