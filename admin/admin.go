@@ -25,6 +25,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -63,29 +64,39 @@ type Lock struct {
 // Holder is one holder of a lock. Identity fields are empty (Hidden set)
 // unless the reader is root or the holder's own uid.
 type Holder struct {
-	Mode     string    `json:"mode"`
-	Explicit bool      `json:"explicit"`
-	Implicit int       `json:"implicit"`
-	Host     string    `json:"host,omitempty"`
-	PID      int       `json:"pid,omitempty"`
-	UID      *uint32   `json:"uid,omitempty"`
-	Command  string    `json:"command,omitempty"`
-	Since    time.Time `json:"since,omitempty"`
-	Token    uint64    `json:"token,omitempty"`
-	Note     string    `json:"note,omitempty"`
-	Lost     string    `json:"lost,omitempty"`
-	Hidden   bool      `json:"hidden,omitempty"`
+	Mode     string  `json:"mode"`
+	Explicit bool    `json:"explicit"`
+	Implicit int     `json:"implicit"`
+	Host     string  `json:"host,omitempty"`
+	PID      int     `json:"pid,omitempty"`
+	UID      *uint32 `json:"uid,omitempty"`
+	Command  string  `json:"command,omitempty"` // the short name, /proc/PID/comm
+	// Cmdline is the holder's command line; Runs, for a lock wrapper
+	// (flock(1), lockfs lock), the command it runs under the lock.
+	Cmdline string            `json:"cmdline,omitempty"`
+	Runs    *procinfo.Command `json:"runs,omitempty"`
+	Since   time.Time         `json:"since,omitempty"`
+	Token   uint64            `json:"token,omitempty"`
+	Note    string            `json:"note,omitempty"`
+	Lost    string            `json:"lost,omitempty"`
+	Hidden  bool              `json:"hidden,omitempty"`
 }
 
-// Waiter is one queued request.
+// Waiter is one queued request. Mode is the mode it waits for on this lock
+// (shared, for a request that needs this lock as an ancestor of the one it
+// wants); Wants and WantsMode are the control file and mode it asked for.
 type Waiter struct {
-	Mode     string    `json:"mode"`
-	Implicit bool      `json:"implicit"`
-	PID      int       `json:"pid,omitempty"`
-	UID      *uint32   `json:"uid,omitempty"`
-	Command  string    `json:"command,omitempty"`
-	Since    time.Time `json:"since,omitempty"`
-	Hidden   bool      `json:"hidden,omitempty"`
+	Mode      string            `json:"mode"`
+	Implicit  bool              `json:"implicit"`
+	Wants     string            `json:"wants"`
+	WantsMode string            `json:"wants_mode"`
+	PID       int               `json:"pid,omitempty"`
+	UID       *uint32           `json:"uid,omitempty"`
+	Command   string            `json:"command,omitempty"`
+	Cmdline   string            `json:"cmdline,omitempty"`
+	Runs      *procinfo.Command `json:"runs,omitempty"`
+	Since     time.Time         `json:"since,omitempty"`
+	Hidden    bool              `json:"hidden,omitempty"`
 }
 
 // Config is what a Server needs.
@@ -292,7 +303,8 @@ func (s *Server) status(p string, uid int) []Lock {
 			if uid == 0 || uint32(uid) == h.UID {
 				u := h.UID
 				hv.Host, hv.PID, hv.UID, hv.Since, hv.Token = h.Host, h.Process.PID, &u, h.Since.UTC(), h.Token
-				hv.Command = s.comm(h.Process.PID)
+				c := procinfo.Describe(s.cfg.ProcRoot, h.Process.PID)
+				hv.Command, hv.Cmdline, hv.Runs = c.Name, c.Line, c.Runs
 				if s.cfg.Notes != nil {
 					hv.Note = s.cfg.Notes(st.Lock, h.Owner)
 				}
@@ -302,10 +314,12 @@ func (s *Server) status(p string, uid int) []Lock {
 			l.Holders = append(l.Holders, hv)
 		}
 		for _, w := range st.Waiters {
-			wv := Waiter{Mode: w.Mode.String(), Implicit: w.Implicit}
+			wv := Waiter{Mode: w.Mode.String(), Implicit: w.Implicit, Wants: w.Wants.String(), WantsMode: w.WantsMode.String()}
 			if uid == 0 || uint32(uid) == w.UID {
 				u := w.UID
-				wv.PID, wv.UID, wv.Since, wv.Command = w.Process.PID, &u, w.Since.UTC(), s.comm(w.Process.PID)
+				wv.PID, wv.UID, wv.Since = w.Process.PID, &u, w.Since.UTC()
+				c := procinfo.Describe(s.cfg.ProcRoot, w.Process.PID)
+				wv.Command, wv.Cmdline, wv.Runs = c.Name, c.Line, c.Runs
 			} else {
 				wv.Hidden = true
 			}
@@ -314,17 +328,6 @@ func (s *Server) status(p string, uid int) []Lock {
 		out = append(out, l)
 	}
 	return out
-}
-
-func (s *Server) comm(pid int) string {
-	if pid <= 0 {
-		return ""
-	}
-	b, err := os.ReadFile(filepath.Join(s.cfg.ProcRoot, fmt.Sprint(pid), "comm"))
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
 }
 
 // Call sends one request to the admin socket at path and returns the reply.

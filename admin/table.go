@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -35,19 +36,46 @@ func WriteTable(w io.Writer, r Reply, now time.Time) error {
 				role += ",LOST"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", path, l.Kind, role, h.Mode,
-				orDash(h.Host), num(h.PID), uid(h.UID, h.Hidden), orDash(lockmgr.QuoteName(h.Command)), age(now, h.Since),
+				orDash(h.Host), num(h.PID), uid(h.UID, h.Hidden), orDash(command(h.Command, h.Cmdline, h.Runs)), age(now, h.Since),
 				token(h.Token), lease, orDash(lockmgr.QuoteName(h.Note)))
 		}
 		for _, wt := range l.Waiters {
-			role := "waiting"
-			if wt.Implicit {
-				role = "waiting(below)"
+			// A waiter queued here for a lock below (it needs this one
+			// shared first) says which lock it asked for.
+			note := "-"
+			if wt.Implicit && wt.Wants != "" {
+				note = "for " + lockmgr.QuoteName(wt.Wants) + " " + wt.WantsMode
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", path, l.Kind, role, wt.Mode,
-				"-", num(wt.PID), uid(wt.UID, wt.Hidden), orDash(lockmgr.QuoteName(wt.Command)), age(now, wt.Since), "-", lease, "-")
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", path, l.Kind, "waiting", wt.Mode,
+				"-", num(wt.PID), uid(wt.UID, wt.Hidden), orDash(command(wt.Command, wt.Cmdline, wt.Runs)), age(now, wt.Since), "-", lease, note)
 		}
 	}
 	return tw.Flush()
+}
+
+// tableCommand is how wide a command line may grow in the table; --json
+// has it whole.
+const tableCommand = 60
+
+// command renders a process for the COMMAND column: its command line, or
+// for a lock wrapper the command it runs, with that command's pid and the
+// wrapper's name ("make deploy [4312 under flock]"). procinfo has escaped
+// the control characters of command lines and names already.
+func command(name, line string, runs *procinfo.Command) string {
+	if runs != nil && runs.String() != "" {
+		return fmt.Sprintf("%s [%d under %s]", cut(runs.String()), runs.PID, name)
+	}
+	if line != "" {
+		return cut(line)
+	}
+	return name
+}
+
+func cut(s string) string {
+	if r := []rune(s); len(r) > tableCommand {
+		return string(r[:tableCommand-3]) + "..."
+	}
+	return s
 }
 
 func orDash(s string) string {

@@ -37,6 +37,11 @@ type Waiter struct {
 	Since   time.Time
 	// Implicit: the waiter waits for an ancestor hold of a lock below.
 	Implicit bool
+	// Wants and WantsMode are the lock and mode the request asked for: the
+	// lock the waiter is queued on itself, or for an implicit waiter a lock
+	// below it (a/b/.lock waits on a's queue for its shared hold of a).
+	Wants     LockID
+	WantsMode Mode
 }
 
 // LockStatus is a snapshot of one lock.
@@ -83,6 +88,7 @@ func (e *Engine) statusLocked(ls *lockState) LockStatus {
 		st.Waiters = append(st.Waiters, Waiter{
 			Owner: w.rc.req.Owner, Mode: w.step.mode, Process: w.rc.lineage.Self(), TID: w.rc.req.TID,
 			UID: w.rc.req.UID, Since: w.since, Implicit: !w.step.explicit,
+			Wants: w.rc.req.Lock, WantsMode: w.rc.req.Mode,
 		})
 	}
 	if ls.lease != nil {

@@ -5,7 +5,7 @@
 //
 //	lockfs mount [flags] SOURCE MOUNTPOINT   serve SOURCE at MOUNTPOINT (foreground)
 //	lockfs unmount MOUNTPOINT                unmount, lazily if busy
-//	lockfs status [--json] MOUNTPOINT|PATH   who holds and waits for which lock
+//	lockfs status [--json] [PATH...]         who holds and waits for which lock (all mounts)
 //	lockfs break [--kind K] PATH             forcibly end a lock (root only)
 //	lockfs version                           print the version
 //

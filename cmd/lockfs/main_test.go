@@ -85,7 +85,7 @@ func TestHelpAndVersion(t *testing.T) {
 		{[]string{"mount", "-h"}, "lockfs mount [flags] SOURCE MOUNTPOINT"},
 		{[]string{"mount", "--help"}, "lockfs mount [flags] SOURCE MOUNTPOINT"},
 		{[]string{"help", "mount"}, "lockfs mount [flags] SOURCE MOUNTPOINT"},
-		{[]string{"help", "status"}, "lockfs status [--json] MOUNTPOINT|PATH..."},
+		{[]string{"help", "status"}, "lockfs status [--json] [MOUNTPOINT|PATH...]"},
 		{[]string{"unmount", "-h"}, "lockfs unmount MOUNTPOINT"},
 		{[]string{"version", "-h"}, "Usage:"},
 		{[]string{"-V"}, "lockfs "},

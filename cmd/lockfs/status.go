@@ -16,11 +16,14 @@ import (
 )
 
 const statusLong = `Show every lock of a lockfs mount (or under PATH inside one) that is held
-or waited for: path, kind, who holds it (host, pid, uid, command, age,
-fencing token; explicit or implicit), who waits, and the backend's lease.
-It asks the running daemon over its admin socket, which only root and the
-mount's owner may use; holder details are shown only to root and to the
-holder's own uid. Several mounts may be named at once.`
+or waited for: path, kind, who holds it (host, pid, uid, command line and,
+for flock(1) or lockfs lock, the command it runs; age, fencing token;
+explicit or implicit), who waits (pid, command, the lock it asked for and
+since when), and the backend's lease. Without a PATH, every lockfs mount of
+this host is shown. It asks the running daemons over their admin sockets,
+which only root and each mount's owner may use; holder details are shown
+only to root and to the holder's own uid. A PATH that cannot be shown is
+reported on stderr, the others are still shown, and the exit status is 1.`
 
 const breakLong = `Forcibly end the lock of the directory PATH (inside a lockfs mount). Root
 only. Its holders are treated as on lease loss: their lock calls fail with
@@ -66,17 +69,11 @@ func newStatusCmd() *cobra.Command {
 	var asJSON bool
 	var adminDir string
 	cmd := &cobra.Command{
-		Use:   "status [--json] MOUNTPOINT|PATH...",
+		Use:   "status [--json] [MOUNTPOINT|PATH...]",
 		Short: "Show who holds and waits for which lock",
 		Long:  statusLong,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return usagef("name a mountpoint or a path inside one")
-			}
-			return nil
-		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runStatus(args, asJSON, adminDir, cmd.OutOrStdout())
+			return runStatus(args, asJSON, adminDir, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (one object per mount, in a list) instead of a table")
@@ -84,21 +81,59 @@ func newStatusCmd() *cobra.Command {
 	return cmd
 }
 
-func runStatus(paths []string, asJSON bool, adminDir string, stdout io.Writer) error {
-	var replies []admin.Reply
-	for _, p := range paths {
-		t, err := resolveTarget(p, adminDir)
+func runStatus(paths []string, asJSON bool, adminDir string, stdout, stderr io.Writer) error {
+	if len(paths) == 0 {
+		mounts, err := lockfsMounts()
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		r, err := admin.Call(ctx, t.socket, admin.Request{Op: "status", Path: t.rel})
-		cancel()
+		if len(mounts) == 0 {
+			fmt.Fprintln(stderr, "lockfs status: no lockfs mount on this host (none of type fuse.lockfs in /proc/self/mountinfo)")
+		}
+		paths = mounts
+	}
+	replies := []admin.Reply{}
+	failed := 0
+	for _, p := range paths {
+		r, err := statusOf(p, adminDir)
 		if err != nil {
-			return fmt.Errorf("%s: %w", t.mountpoint, err)
+			fmt.Fprintf(stderr, "lockfs status: %v\n", err)
+			failed++
+			continue
 		}
 		replies = append(replies, r)
 	}
+	if err := printStatus(replies, asJSON, stdout); err != nil {
+		return err
+	}
+	if failed > 0 {
+		return &exitCodeError{code: exitError} // each failure is on stderr already
+	}
+	return nil
+}
+
+// statusOf asks the daemon of the mount that holds path for its locks at
+// or under path.
+func statusOf(path, adminDir string) (admin.Reply, error) {
+	t, err := resolveTarget(path, adminDir)
+	if err != nil {
+		return admin.Reply{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := admin.Call(ctx, t.socket, admin.Request{Op: "status", Path: t.rel})
+	if err != nil {
+		return admin.Reply{}, fmt.Errorf("%s: %w", t.mountpoint, err)
+	}
+	if r.Mountpoint != t.mountpoint {
+		return admin.Reply{}, fmt.Errorf("%s: the admin socket %s answers for %s", t.mountpoint, t.socket, r.Mountpoint)
+	}
+	return r, nil
+}
+
+// printStatus writes the replies as JSON (a list, one object per mount or
+// PATH) or as tables, with a header line per reply when there are several.
+func printStatus(replies []admin.Reply, asJSON bool, stdout io.Writer) error {
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

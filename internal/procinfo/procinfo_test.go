@@ -1,0 +1,62 @@
+package procinfo
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockfs/lockfs/internal/testutil"
+)
+
+// TestDescribeFlock: a real flock(1) running a command is shown with its
+// command line, and the command it runs; the control is sleep itself,
+// which is no wrapper and shows no child.
+func TestDescribeFlock(t *testing.T) {
+	if _, err := exec.LookPath("flock"); err != nil {
+		t.Skip("flock(1) missing (apt-get install -y util-linux)")
+	}
+	lock := filepath.Join(t.TempDir(), "l")
+	cmd := exec.Command("flock", "-x", lock, "sh", "-c", "exec sleep 1000 # a b")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var c Command
+	if !testutil.Poll(10*time.Second, func() bool {
+		c = Describe("", cmd.Process.Pid)
+		return c.Runs != nil && c.Runs.Name == "sleep"
+	}) {
+		t.Fatalf("flock's child never showed as sleep: %+v", c)
+	}
+	if want := "flock -x " + lock + " sh -c 'exec sleep 1000 # a b'"; c.Line != want || c.Name != "flock" {
+		t.Errorf("flock: %+v, want line %q", c, want)
+	}
+	if c.Runs.Line != "sleep 1000" {
+		t.Errorf("child: %+v", c.Runs)
+	}
+	if s := Describe("", c.Runs.PID); s.Runs != nil {
+		t.Errorf("sleep is no wrapper, yet shows a child: %+v", s)
+	}
+	if g := Describe("", 1<<30); g.Name != "" || g.Line != "" || g.String() != "" {
+		t.Errorf("a pid that does not exist: %+v", g)
+	}
+}
+
+// TestQuoteEscapes: a newline or escape sequence in an argument cannot
+// break a status line.
+func TestQuoteEscapes(t *testing.T) {
+	got := render([]string{"sh", "-c", "echo 'x'\nPATH  KIND  ROLE\x1b[2J"})
+	if strings.ContainsAny(got, "\n\x1b") {
+		t.Fatalf("control characters kept: %q", got)
+	}
+	if want := `sh -c 'echo '\''x'\''\nPATH  KIND  ROLE\x1b[2J'`; got != want {
+		t.Errorf("render = %s, want %s", got, want)
+	}
+	if len(render([]string{strings.Repeat("a", 2000)})) > maxCmdline+3 {
+		t.Error("a huge argv is not cut")
+	}
+}
