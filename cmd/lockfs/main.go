@@ -120,6 +120,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newUnmountCmd(),
 		newStatusCmd(),
 		newBreakCmd(),
+		newLockCmd(),
 		newVersionCmd(),
 		newManCmd(),
 	)
@@ -153,6 +154,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr)
 			root.SetOut(stderr)
 			root.Usage()
+		}
+		if cmd != nil && cmd.Name() == "lock" {
+			return lockExitUsage // as flock(1)
 		}
 		return exitUsage
 	}

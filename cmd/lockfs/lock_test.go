@@ -1,0 +1,91 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+func TestParseLockArgs(t *testing.T) {
+	def := lockFlags{conflictCode: 1, kind: "dir"}
+	for _, tc := range []struct {
+		name string
+		lf   func(*lockFlags)
+		args []string
+		want lockRequest
+	}{
+		{"exclusive by default", nil, []string{"d", "cmd", "-x"}, lockRequest{target: "d", mode: lockmgr.Exclusive, kind: lockmgr.KindDir, command: []string{"cmd", "-x"}}},
+		{"-- is dropped", func(l *lockFlags) { l.shared = true }, []string{"d", "--", "cmd"}, lockRequest{target: "d", mode: lockmgr.Shared, kind: lockmgr.KindDir, command: []string{"cmd"}}},
+		{"-c", func(l *lockFlags) { l.shellCommand = "echo hi" }, []string{"d"}, lockRequest{target: "d", mode: lockmgr.Exclusive, kind: lockmgr.KindDir, command: []string{"/bin/sh", "-c", "echo hi"}}},
+		{"TARGET -c", nil, []string{"d", "-c", "echo hi"}, lockRequest{target: "d", mode: lockmgr.Exclusive, kind: lockmgr.KindDir, command: []string{"/bin/sh", "-c", "echo hi"}}},
+		{"-c after --", nil, []string{"d", "--", "-c", "x"}, lockRequest{target: "d", mode: lockmgr.Exclusive, kind: lockmgr.KindDir, command: []string{"-c", "x"}}},
+		{"usage kind", func(l *lockFlags) { l.kind = "usage" }, []string{"d", "cmd"}, lockRequest{target: "d", mode: lockmgr.Exclusive, kind: lockmgr.KindUsage, command: []string{"cmd"}}},
+	} {
+		lf := def
+		if tc.lf != nil {
+			tc.lf(&lf)
+		}
+		got, err := parseLockArgs(lf, tc.args)
+		if err != nil || got.target != tc.want.target || got.mode != tc.want.mode || got.kind != tc.want.kind ||
+			strings.Join(got.command, "|") != strings.Join(tc.want.command, "|") {
+			t.Errorf("%s: parseLockArgs = %+v, %v; want %+v", tc.name, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		lf   func(*lockFlags)
+		args []string
+	}{
+		{"no args", nil, nil},
+		{"no command", nil, []string{"d"}},
+		{"only --", nil, []string{"d", "--"}},
+		{"-s and -x", func(l *lockFlags) { l.shared, l.exclusive = true, true }, []string{"d", "cmd"}},
+		{"-n and -w", func(l *lockFlags) { l.nonblock, l.wait = true, time.Second }, []string{"d", "cmd"}},
+		{"-E 300", func(l *lockFlags) { l.conflictCode = 300 }, []string{"d", "cmd"}},
+		{"bad kind", func(l *lockFlags) { l.kind = "file" }, []string{"d", "cmd"}},
+		{"shared usage", func(l *lockFlags) { l.kind, l.shared = "usage", true }, []string{"d", "cmd"}},
+		{"TARGET -c with two", nil, []string{"d", "-c", "x", "y"}},
+		{"-c and COMMAND", func(l *lockFlags) { l.shellCommand = "x" }, []string{"d", "cmd"}},
+		{"backend nfs", func(l *lockFlags) { l.backend = "nfs" }, []string{"d", "cmd"}},
+		{"gcs without bucket", func(l *lockFlags) { l.backend = "gcs" }, []string{"d", "cmd"}},
+		{"gcs flags without gcs", func(l *lockFlags) { l.gcs.bucket = "b" }, []string{"d", "cmd"}},
+		{"source and gcs", func(l *lockFlags) { l.backend, l.source, l.gcs.bucket = "gcs", "/s", "b" }, []string{"d", "cmd"}},
+	} {
+		lf := def
+		lf.gcs.ttl = 30 * time.Second
+		if tc.lf != nil {
+			tc.lf(&lf)
+		}
+		if _, err := parseLockArgs(lf, tc.args); !errors.Is(err, errUsage) {
+			t.Errorf("%s: parseLockArgs(%q) = %v, want a usage error", tc.name, tc.args, err)
+		}
+	}
+}
+
+func TestLockUsageExitCode(t *testing.T) {
+	for _, args := range [][]string{{"lock"}, {"lock", "-q", "d", "true"}, {"lock", "-w", "soon", "d", "true"}, {"lock", "d"}} {
+		if code := run(args, &strings.Builder{}, &strings.Builder{}); code != lockExitUsage {
+			t.Errorf("run(%q) = %d, want %d (EX_USAGE, as flock(1))", args, code, lockExitUsage)
+		}
+	}
+}
+
+func TestYouLine(t *testing.T) {
+	st := []byte("you holder token=17\nlock a/.lock\nkind dir\nmode exclusive\nholder host=h pid=5 uid=0 mode=exclusive since=2026-01-01T00:00:00Z token=17 explicit you\n")
+	if tok, lost, ok := youLine(st); tok != 17 || lost || !ok {
+		t.Errorf("youLine = %d, %v, %v; want 17, false, true", tok, lost, ok)
+	}
+	if tok, lost, ok := youLine([]byte("you holder token=9 lost\nlock a/.lock\n")); tok != 9 || !lost || !ok {
+		t.Errorf("youLine(lost) = %d, %v, %v", tok, lost, ok)
+	}
+	if _, _, ok := youLine([]byte("lock a/.lock\nholder mode=shared hidden\n")); ok {
+		t.Error("youLine found a you line in a status without one")
+	}
+	now, _ := time.Parse(time.RFC3339, "2026-01-01T00:01:00Z")
+	if d := describeHolders(st, now); !strings.Contains(d, "held exclusive by host h pid 5") || !strings.Contains(d, "for 1m0s") {
+		t.Errorf("describeHolders = %q", d)
+	}
+}
