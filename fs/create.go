@@ -177,6 +177,16 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 	if err := checkName(name); err != nil {
 		return nil, nil, err
 	}
+	// Counted before anything is created: a refused create has no effect.
+	if err := d.fs.takeHandle("create", func() string { return d.childPath(name) }, req.Uid); err != nil {
+		return nil, nil, err
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			d.fs.handles.give(req.Uid)
+		}
+	}()
 	flags := backingOpenFlags(req.Flags)
 	perm := unixPerm(req.Mode)
 	var st inodeStat
@@ -243,7 +253,8 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 		closeFd(fd)
 		return nil, nil, d.fs.fail("create", d.childPath(name), syscall.EIO)
 	}
-	h := f.newHandle(fd, flags, &st)
+	h := f.newHandle(fd, flags, &st, req.Uid)
+	opened = true
 	if f.openCache(&st, h.shared) {
 		resp.Flags |= fuse.OpenKeepCache
 	}

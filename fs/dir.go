@@ -83,6 +83,9 @@ func (d *Dir) Lookup(ctx context.Context, req *fuse.LookupRequest, resp *fuse.Lo
 
 // Open opens the directory for reading its entries.
 func (d *Dir) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenResponse) (fusefs.Handle, error) {
+	if err := d.fs.takeHandle("opendir", d.path, req.Uid); err != nil {
+		return nil, err
+	}
 	var st inodeStat
 	fd, err := d.openByName(unix.O_RDONLY|unix.O_DIRECTORY, &st)
 	if err != nil {
@@ -90,15 +93,17 @@ func (d *Dir) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenRe
 		// of the same directory (its own offset).
 		of := d.borrowOpen(false)
 		if of == nil {
+			d.fs.handles.give(req.Uid)
 			return nil, d.fs.fail("opendir", d.path(), err)
 		}
 		fd, err = reopen(of.fd, unix.O_RDONLY|unix.O_DIRECTORY)
 		d.returnOpen(of)
 		if err != nil {
+			d.fs.handles.give(req.Uid)
 			return nil, d.fs.fail("opendir", d.path(), err)
 		}
 	}
-	h := &dirHandle{d: d, of: &openFile{fd: fd}}
+	h := &dirHandle{d: d, of: &openFile{fd: fd, uid: req.Uid}}
 	d.addOpen(h.of)
 	return h, nil
 }

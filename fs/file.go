@@ -61,6 +61,15 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 	if n.ftype != unix.S_IFREG {
 		return nil, n.fs.fail("open", n.path(), syscall.EINVAL)
 	}
+	if err := n.fs.takeHandle("open", n.path, req.Uid); err != nil {
+		return nil, err
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			n.fs.handles.give(req.Uid)
+		}
+	}()
 	want := backingOpenFlags(req.Flags)
 	flags := want | unix.O_NONBLOCK
 	var st inodeStat
@@ -85,7 +94,8 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 		closeFd(fd)
 		return nil, n.fs.fail("open", n.path(), err)
 	}
-	h := n.newHandle(fd, flags, &st)
+	h := n.newHandle(fd, flags, &st, req.Uid)
+	opened = true
 	if n.openCache(&st, h.shared) {
 		resp.Flags |= fuse.OpenKeepCache
 	}
@@ -93,9 +103,10 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 }
 
 // newHandle wraps a backing descriptor of a regular file, opened with
-// flags, as an open handle of n; st is the inode's attributes, taken from fd.
-func (n *File) newHandle(fd, flags int, st *inodeStat) *fileHandle {
-	of := &openFile{fd: fd, write: flags&unix.O_ACCMODE != unix.O_RDONLY}
+// flags, as an open handle of n, counted for uid (handleCap); st is the
+// inode's attributes, taken from fd.
+func (n *File) newHandle(fd, flags int, st *inodeStat, uid uint32) *fileHandle {
+	of := &openFile{fd: fd, write: flags&unix.O_ACCMODE != unix.O_RDONLY, uid: uid}
 	h := &fileHandle{n: n, key: keyOf(st), of: of, shared: n.isSharedMemory()}
 	n.addOpen(h.of)
 	return h

@@ -36,6 +36,10 @@ type Config struct {
 	// ListControlFiles makes readdir list the control files of every
 	// directory. By default they are found by name only (SPEC §1).
 	ListControlFiles bool
+	// MaxOpenPerUID caps the files and directories one uid may hold open
+	// through the mount (each holds a descriptor of the daemon; fdcap.go).
+	// 0: no cap.
+	MaxOpenPerUID int
 	// Observer, if set, is told about the lock requests refused before they
 	// reach the engine (EACCES: no permission on the directory), so that
 	// metrics count every refusal; the engine reports the others.
@@ -122,6 +126,8 @@ type FS struct {
 	backing map[string]bool
 	// ctl is the control-file half of the mount (control.go).
 	ctl *controlState
+	// handles counts open handles per uid (fdcap.go).
+	handles *handleCap
 
 	// Mutable state
 
@@ -198,6 +204,7 @@ func New(cfg Config) (*FS, error) {
 		}
 	}
 	f.ctl = newControlState(cfg.Engine, log, cfg.Observer)
+	f.handles = newHandleCap(cfg.MaxOpenPerUID)
 	f.root = &Dir{node: node{fs: f, key: keyOf(&st), ftype: unix.S_IFDIR}}
 	f.nodes[f.root.key] = f.root
 	return f, nil

@@ -74,6 +74,8 @@ type openFile struct {
 	fd int
 	// write says that fd is open for writing.
 	write bool
+	// uid is the user the handle is counted for (handleCap).
+	uid uint32
 
 	// Mutable state, GUARDED_BY(mu) of the node whose handle it is.
 
@@ -274,6 +276,7 @@ func (n *node) addOpen(of *openFile) {
 // releaseOpen unregisters a released handle's descriptor and closes it, or
 // leaves that to its last borrower.
 func (n *node) releaseOpen(of *openFile) {
+	n.fs.handles.give(of.uid)
 	n.mu.Lock()
 	delete(n.open, of)
 	of.released = true

@@ -35,7 +35,7 @@ func TestBorrowOpenOutlivesRelease(t *testing.T) {
 		}
 		return &openFile{fd: fd, write: flags&unix.O_ACCMODE != unix.O_RDONLY}
 	}
-	n := &node{}
+	n := &node{fs: &FS{handles: newHandleCap(0)}}
 	ro, rw := open(unix.O_RDONLY), open(unix.O_RDWR)
 	n.addOpen(ro)
 	n.addOpen(rw)

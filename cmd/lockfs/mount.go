@@ -77,6 +77,7 @@ type mountFlags struct {
 	slowWait    time.Duration
 	readaheadKB int
 	listCtl     bool
+	maxOpen     int
 	gcs         gcsFlags
 }
 
@@ -94,6 +95,7 @@ func addMountFlags(fs *pflag.FlagSet, mf *mountFlags) {
 	durationVarP(fs, &mf.slowWait, "log-wait-over", "", time.Second, "log every grant that waited longer than this (0: never)")
 	fs.IntVar(&mf.readaheadKB, "readahead-kb", defaultReadaheadKB, "kernel readahead of the mount in KiB, for sequential reads (FUSE's default is 128; 0: leave it; needs root)")
 	fs.BoolVar(&mf.listCtl, "list-control-files", false, "list .lock, .lock_newdir and .lock_usage in readdir (by default they are found by name only)")
+	fs.IntVar(&mf.maxOpen, "max-open-per-uid", -1, "files and directories one user may hold open through the mount (EMFILE beyond; -1: a quarter of the daemon's descriptor limit; 0: no cap)")
 	fs.StringVar(&mf.gcs.bucket, "gcs-bucket", "", "gcs backend: the bucket holding the lock leases")
 	fs.StringVar(&mf.gcs.prefix, "gcs-prefix", "", "gcs backend: object name prefix, so one bucket can hold several namespaces")
 	fs.StringVar(&mf.gcs.endpoint, "gcs-endpoint", "", "gcs backend: a GCS emulator's JSON API URL (turns authentication off); empty = real GCS with Application Default Credentials")
@@ -133,6 +135,9 @@ func newMountCmd() *cobra.Command {
 func runMount(mf mountFlags, source, mountpoint string, stderr io.Writer) error {
 	if !contains(backends, mf.backend) {
 		return usagef("--backend %q: valid values are %s", mf.backend, strings.Join(backends, ", "))
+	}
+	if mf.maxOpen < -1 {
+		return usagef("--max-open-per-uid %d: want -1 (automatic), 0 (no cap) or a count", mf.maxOpen)
 	}
 	if mf.readaheadKB < 0 {
 		return usagef("--readahead-kb %d: want 0 (leave the kernel's) or a size in KiB", mf.readaheadKB)
@@ -256,7 +261,7 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 		log.Warnf("%s=1: the kernel's cache is kept whatever changes in SOURCE; data written there or through another mount can be read stale and lost (for tests only)", keepCacheEnv)
 	}
 	f, err := fs.New(fs.Config{Source: paths.source, Engine: engine, Logger: log, Host: host, ObserveOp: m.FUSEOp,
-		ListControlFiles: mf.listCtl, Observer: m, KeepCacheUnsafe: keepCache})
+		ListControlFiles: mf.listCtl, MaxOpenPerUID: maxOpenPerUID(mf.maxOpen, raiseNofile(log)), Observer: m, KeepCacheUnsafe: keepCache})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,178 @@
+package fs
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/testutil"
+)
+
+// openUntilFull opens path read-only until an error, as uid, and reports
+// how many it got and the errno; it keeps them open until its stdin closes.
+const openUntilFull = `
+import os, sys, resource, errno
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 100000), hard))
+fds, err = [], 'none'
+while len(fds) < 20000:
+    try:
+        fds.append(os.open(sys.argv[1], os.O_RDONLY))
+    except OSError as e:
+        err = errno.errorcode[e.errno]
+        break
+print(len(fds), err, flush=True)
+sys.stdin.read()
+`
+
+// hog runs openUntilFull as uid and returns what it printed; it holds its
+// descriptors until the test ends.
+func hog(t *testing.T, uid uint32, path string) string {
+	t.Helper()
+	cmd := exec.Command(python(t), "-c", openUntilFull, path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(out).ReadString('\n')
+		line <- strings.TrimSpace(s)
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case s := <-line:
+		return s
+	case <-time.After(time.Minute):
+		t.Fatal("the descriptor hog did not finish")
+	}
+	return ""
+}
+
+// lowNofile lowers this process's soft descriptor limit (the in-process
+// daemon's) to n for the rest of the test, so that one user can fill it.
+func lowNofile(t *testing.T, n uint64) {
+	t.Helper()
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: n, Max: old.Max}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Setrlimit(unix.RLIMIT_NOFILE, &old) })
+}
+
+// otherUser starts a shell as uid that, once told to (go), runs lookups,
+// getattr, readdir, readlink and an open through the mount and returns its
+// exit code and output. It is started before the hog fills the daemon's
+// table, which is this process's: starting it later would need
+// descriptors here.
+func otherUser(t *testing.T, m *ptMount, uid uint32) (goRun func() (int, string)) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", fmt.Sprintf("read x; stat %[1]s/g > /dev/null && ls %[1]s/d > /dev/null && readlink %[1]s/l > /dev/null && cat %[1]s/g", m.mnt))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return func() (int, string) {
+		in.Write([]byte("go\n"))
+		err := cmd.Wait()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), out.String()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0, out.String()
+	}
+}
+
+func fdcapTree(t *testing.T, m *ptMount) {
+	t.Helper()
+	for _, f := range []string{"f", "g"} {
+		if err := os.WriteFile(m.s(f), []byte("data\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(m.s("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("g", m.s("l")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpenCapPerUser: a user who opens files through the mount until
+// EMFILE gets it at their cap, and another user's lookups, stats, readdir,
+// readlink and opens still work. Before the fix (no cap; the control
+// below), the first user filled the daemon's descriptor table and the
+// second user's calls failed with EMFILE too.
+func TestOpenCapPerUser(t *testing.T) {
+	testutil.RequireRoot(t, "to run processes as two other users")
+	testutil.RequireTools(t, "python3")
+	src, mnt := t.TempDir(), t.TempDir()
+	for _, d := range []string{src, mnt, filepath.Dir(src)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := newPTMountAt(t, src, mnt, func(c *Config) { c.MaxOpenPerUID = 50 })
+	fdcapTree(t, m)
+	other := otherUser(t, m, 65533)
+	lowNofile(t, 256)
+	if got := hog(t, 65534, m.m("f")); got != "50 EMFILE" {
+		t.Errorf("the hog got %q, want 50 EMFILE (its cap)", got)
+	}
+	if code, out := other(); code != 0 || out != "data\n" {
+		t.Errorf("another user while the hog is at its cap: exit %d: %s", code, out)
+	}
+}
+
+func TestOpenCapPerUserControl(t *testing.T) {
+	testutil.RequireRoot(t, "to run processes as two other users")
+	testutil.RequireTools(t, "python3")
+	src, mnt := t.TempDir(), t.TempDir()
+	for _, d := range []string{src, mnt, filepath.Dir(src)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := newPTMountAt(t, src, mnt) // no cap
+	fdcapTree(t, m)
+	other := otherUser(t, m, 65533)
+	lowNofile(t, 256)
+	got := hog(t, 65534, m.m("f"))
+	if !strings.HasSuffix(got, " EMFILE") {
+		t.Fatalf("the hog got %q, want EMFILE from the daemon's full table", got)
+	}
+	if code, out := other(); code == 0 || !strings.Contains(out, "Too many open files") {
+		t.Errorf("without a cap, another user was served although the hog filled the daemon's table (exit %d: %s)", code, out)
+	}
+}
