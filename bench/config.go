@@ -52,6 +52,33 @@ type Config struct {
 	GCSTTL      time.Duration
 	GCSHoldTTLs int
 	GCSReps     int
+	// GCSHeld is the number of locks one host holds while its writes per
+	// refresh interval are counted (gcs_writes_per_refresh_interval_1000_held).
+	GCSHeld int
+
+	// GCSFleetHosts hosts (each an engine and a backend with a client of
+	// its own) churn their own locks under one shared parent for
+	// GCSFleetDur, under GCS's per-object write limit.
+	GCSFleetHosts int
+	GCSFleetDur   time.Duration
+
+	// GCSSimHosts backends (each its own session and client, default TTL)
+	// take GCSSimLocks locks each, within GCSSimSetup, and hold them for
+	// GCSSimDur while the requests reaching the emulator are counted.
+	GCSSimHosts int
+	GCSSimLocks int
+	GCSSimSetup time.Duration
+	GCSSimDur   time.Duration
+
+	// GCSHeldLocks locks are held through one `lockfs mount --backend gcs`
+	// daemon (default TTL), by holder processes of at most
+	// GCSHeldPerProc locks each, taken within GCSHeldSetup; GCSHeldPairs
+	// EX+UN pairs per repetition time an acquire beside them, against a
+	// daemon holding HeldBase.
+	GCSHeldLocks   int
+	GCSHeldPerProc int
+	GCSHeldSetup   time.Duration
+	GCSHeldPairs   int
 
 	// Only, if set, limits the run to the named measurements (see
 	// Measurements).
@@ -90,6 +117,20 @@ func DefaultConfig() Config {
 		GCSTTL:        3 * time.Second,
 		GCSHoldTTLs:   1,
 		GCSReps:       5,
+		GCSHeld:       1000,
+
+		GCSFleetHosts: 16,
+		GCSFleetDur:   60 * time.Second,
+
+		GCSSimHosts: 1000,
+		GCSSimLocks: 100,
+		GCSSimSetup: 90 * time.Second,
+		GCSSimDur:   2 * time.Minute,
+
+		GCSHeldLocks:   100000,
+		GCSHeldPerProc: 15000,
+		GCSHeldSetup:   90 * time.Second,
+		GCSHeldPairs:   200,
 	}
 }
 
@@ -114,7 +155,21 @@ func SmokeConfig() Config {
 		GCSTTL:        time.Second,
 		GCSHoldTTLs:   1,
 		GCSReps:       1,
-		Smoke:         true,
+		GCSHeld:       20,
+
+		GCSFleetHosts: 3,
+		GCSFleetDur:   time.Second,
+
+		GCSSimHosts: 5,
+		GCSSimLocks: 4,
+		GCSSimSetup: 20 * time.Second,
+		GCSSimDur:   2 * time.Second,
+
+		GCSHeldLocks:   300,
+		GCSHeldPerProc: 100,
+		GCSHeldSetup:   30 * time.Second,
+		GCSHeldPairs:   10,
+		Smoke:          true,
 	}
 }
 
@@ -133,6 +188,12 @@ func (c Config) Validate() error {
 		return errors.New("bench: DisjointProcs and DisjointDur are required")
 	case c.GCSTTL < 100*time.Millisecond || c.GCSHoldTTLs < 1:
 		return errors.New("bench: GCSTTL must be at least 100ms and GCSHoldTTLs positive")
+	case c.GCSHeld < 1 || c.GCSFleetHosts < 1 || c.GCSFleetDur <= 0:
+		return errors.New("bench: GCSHeld, GCSFleetHosts and GCSFleetDur must be positive")
+	case c.GCSSimHosts < 1 || c.GCSSimLocks < 1 || c.GCSSimSetup <= 0 || c.GCSSimDur <= 0:
+		return errors.New("bench: GCSSimHosts, GCSSimLocks, GCSSimSetup and GCSSimDur must be positive")
+	case c.GCSHeldLocks < c.HeldBase || c.GCSHeldPerProc < 1 || c.GCSHeldSetup <= 0 || c.GCSHeldPairs < 1:
+		return errors.New("bench: need GCSHeldLocks >= HeldBase, and GCSHeldPerProc, GCSHeldSetup, GCSHeldPairs positive")
 	}
 	return nil
 }

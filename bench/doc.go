@@ -19,7 +19,11 @@
 // `go build` together with bench/internal/noopfs, bench/internal/loopback
 // and cmd/lockfs. The GCS request counts are taken in process, with a
 // lockmgr.Engine over gcsbackend, against the fake-gcs-server emulator
-// behind a counting HTTP proxy. The takeover figure kills the holder
+// behind gcsbackend/faultproxy, which counts requests by kind and by object
+// and can enforce GCS's per-object write limit and add latency. The fleet
+// figures run many such hosts in this process (gcsfleet: 16 hosts under the
+// write limit; gcssim: 1,000 hosts holding 100 locks each), and gcsheld
+// holds 100,000 locks through a `lockfs mount --backend gcs` daemon. The takeover figure kills the holder
 // host's `lockfs mount --backend gcs` daemon with SIGKILL while a second
 // daemon's client waits; with a lockfs binary that lacks the gcs backend,
 // the holder host is a re-executed copy of the harness binary instead.

@@ -2,17 +2,14 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
+	"github.com/lockfs/lockfs/gcsbackend/faultproxy"
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
 )
 
@@ -80,13 +77,12 @@ func startEmulator(ctx context.Context, bin, logDir, bucket string) (*emulator, 
 	return e, nil
 }
 
-// countingProxy is a reverse proxy in front of the emulator that counts
-// the requests it forwards: reads (GET, HEAD) and writes (every other
-// method: uploads, patches, deletes).
+// countingProxy is a faultproxy in front of the emulator: it counts the
+// requests it receives by kind (reads: content and metadata reads and
+// lists; writes: uploads, patches, deletes) and by object, and can enforce
+// GCS's per-object write limit and add latency (faultproxy.Limits).
 type countingProxy struct {
-	url           string // http://127.0.0.1:PORT
-	srv           *http.Server
-	reads, writes atomic.Int64
+	*faultproxy.Proxy
 }
 
 // requestCounts is a snapshot of a proxy's counters.
@@ -99,41 +95,23 @@ func (c requestCounts) sub(d requestCounts) requestCounts {
 func (c requestCounts) total() int64 { return c.Reads + c.Writes }
 
 func startCountingProxy(target string) (*countingProxy, error) {
-	u, err := url.Parse(target)
+	p, err := faultproxy.New(target, 1, faultproxy.Faults{})
 	if err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &countingProxy{url: "http://" + l.Addr().String()}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.Method {
-		case http.MethodGet, http.MethodHead:
-			p.reads.Add(1)
-		default:
-			p.writes.Add(1)
-		}
-		rp.ServeHTTP(w, r)
-	})}
-	go p.srv.Serve(l)
-	return p, nil
+	return &countingProxy{p}, nil
 }
 
 func (p *countingProxy) counts() requestCounts {
-	return requestCounts{p.reads.Load(), p.writes.Load()}
+	k := p.Kinds()
+	return requestCounts{
+		Reads:  k[faultproxy.KindRead] + k[faultproxy.KindMetadata] + k[faultproxy.KindList],
+		Writes: k[faultproxy.KindWrite],
+	}
 }
 
 // endpoint is the JSON API endpoint through the proxy, as
 // gcsbackend.Config.Endpoint wants it.
-func (p *countingProxy) endpoint() string { return p.url + "/storage/v1/" }
+func (p *countingProxy) endpoint() string { return gcstest.Endpoint(p.URL) }
 
-func (p *countingProxy) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := p.srv.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		p.srv.Close()
-	}
-}
+func (p *countingProxy) close() { p.Close() }

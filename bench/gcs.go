@@ -78,7 +78,7 @@ func (r *runner) gcs(ctx context.Context) error {
 	if r.lockfsHasGCS(ctx) {
 		takeover, g.daemons = g.takeoverDaemons, true
 	}
-	for _, step := range []func(context.Context) error{g.counts, g.handoff, g.refreshes, takeover} {
+	for _, step := range []func(context.Context) error{g.counts, g.costs, g.handoff, g.refreshes, takeover} {
 		if err := step(ctx); err != nil {
 			return err
 		}
@@ -92,6 +92,8 @@ var gcsKeys = []string{
 	"gcs_writes_per_acquire", "gcs_reads_per_acquire", "gcs_writes_per_release", "gcs_reads_per_release",
 	"gcs_writes_per_acquire_root", "gcs_writes_per_release_root", "gcs_requests_local_handoff",
 	"gcs_refreshes_per_ttl", "gcs_refreshes_per_ttl_per_object", "gcs_takeover_s_minus_ttl",
+	"gcs_writes_cold_acquire_release_depth4", "gcs_writes_per_warm_iteration_depth4", "gcs_acquire_ms_depth4_rtt30",
+	"gcs_writes_per_refresh_interval_1000_held", "gcs_refresh_1000_held_losses",
 }
 
 // gcsUnavailable records every GCS key as null, with the reason.
@@ -112,6 +114,9 @@ type gcsRun struct {
 	seq   int // names fresh prefixes and hosts
 
 	acqW, acqR, relW, relR, rootAcqW, rootRelW, handoffReqs, refreshRate, takeoverS []float64
+	coldW, warmW, rttMs                                                             []float64
+	heldWrites, heldReads, heldLosses                                               float64
+	heldErr                                                                         string // why the GCSHeld locks could not be held
 	refreshInterval                                                                 time.Duration
 	// daemons: the takeover ran between two `lockfs mount --backend gcs`
 	// daemons (else between engines: a helper process and this one).
@@ -143,6 +148,12 @@ func (g *gcsRun) gcsConfig(prefix, name string) gcsbackend.Config {
 
 // newHost starts a backend and an engine on a fresh prefix (or the given one).
 func (g *gcsRun) newHost(ctx context.Context, prefix string) (*gcsHost, string, error) {
+	return g.newHostLoss(ctx, prefix, nil)
+}
+
+// newHostLoss is newHost with an engine that reports every lost hold to
+// onLoss.
+func (g *gcsRun) newHostLoss(ctx context.Context, prefix string, onLoss func(lockmgr.LostHold)) (*gcsHost, string, error) {
 	g.seq++
 	if prefix == "" {
 		prefix = fmt.Sprintf("run%d/", g.seq)
@@ -152,7 +163,7 @@ func (g *gcsRun) newHost(ctx context.Context, prefix string) (*gcsHost, string, 
 		return nil, "", err
 	}
 	g.refreshInterval = b.Config().RefreshInterval
-	e, err := lockmgr.New(lockmgr.Config{Backend: b, Processes: soloProcs{}, Host: b.HostID()})
+	e, err := lockmgr.New(lockmgr.Config{Backend: b, Processes: soloProcs{}, Host: b.HostID(), OnLoss: onLoss})
 	if err != nil {
 		b.Close()
 		return nil, "", err
@@ -365,6 +376,7 @@ func (g *gcsRun) takeover(ctx context.Context) error {
 }
 
 func (g *gcsRun) report() {
+	g.reportCosts()
 	r := g.r
 	put := func(key string, xs []float64) summary {
 		s := summarize(xs)

@@ -29,16 +29,19 @@ const heldReserve = 1000
 // The local backend keeps one descriptor per held lock, so the daemon needs
 // RLIMIT_NOFILE above HeldLocks. The harness raises its own limit (its
 // children inherit it); where it cannot (no CAP_SYS_RESOURCE and a lower
-// hard limit), it holds as many locks as the limit allows, records
-// held_100k_rss_mb and acquire_ratio_100k_vs_100 as null with
-// held_100k_unavailable_reason, and adds a linear projection of the RSS.
+// hard limit), it holds as many locks as the limit allows, records the
+// local 100k keys as null with the reason, and adds a linear projection of
+// the RSS.
 //
 // Keys: held_locks (locks actually held), held_rss_mb, held_base_rss_mb,
 // idle_rss_mb (a fresh daemon), held_rss_kb_per_lock, held_setup_s (time
 // to take them), acquire_held_us, acquire_base_held_us,
 // acquire_ratio_held_vs_base (per repetition, median); and, when
-// HeldLocks were held, held_100k_rss_mb and acquire_ratio_100k_vs_100
-// (else held_100k_rss_mb_projected).
+// HeldLocks were held, local_held_100k_rss_mb and
+// local_acquire_ratio_100k_vs_100 (else local_held_100k_rss_mb_projected
+// and local_held_100k_unavailable_reason). held_100k_rss_mb and
+// acquire_ratio_100k_vs_100 themselves come from the gcs backend, which
+// needs no descriptor per lock (gcsHeld).
 func (r *runner) held(ctx context.Context) error {
 	want, base := r.cfg.HeldLocks, r.cfg.HeldBase
 	n := want
@@ -108,22 +111,9 @@ func (r *runner) held(ctx context.Context) error {
 			s.holder.stop()
 		}
 	}()
-	pairs := itoa(r.cfg.PairOps)
-	var many, few []float64
-	for rep := 0; rep < r.cfg.Reps; rep++ {
-		var a, b float64
-		err := alternate(rep, func() (err error) {
-			a, err = r.nsPerOp(ctx, "pair", "-file", sides[0].ctl, "-n", pairs)
-			return err
-		}, func() (err error) {
-			b, err = r.nsPerOp(ctx, "pair", "-file", sides[1].ctl, "-n", pairs)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		many, few = append(many, a/1e3), append(few, b/1e3)
-		r.logf("held rep %d: pair with %d held %.1fµs, with %d held %.1fµs", rep, n, a/1e3, base, b/1e3)
+	many, few, err := r.pairsBeside(ctx, "held", sides[0].ctl, sides[1].ctl, n, base, r.cfg.PairOps, r.cfg.Reps)
+	if err != nil {
+		return err
 	}
 	rssMany, err := rssMB(sides[0].m.pid())
 	if err != nil {
@@ -147,29 +137,51 @@ func (r *runner) held(ctx context.Context) error {
 	r.res.setSummary("acquire_ratio_held_vs_base", rat)
 	rssGoal, ratioGoal := atMost(256), atMost(1.2)
 	if n == want {
-		r.res.set("held_100k_rss_mb", rssMany)
-		r.res.setSummary("acquire_ratio_100k_vs_100", rat)
-		gt, met := r.res.met("held_100k_rss_mb", &rssGoal)
-		r.res.addRow(Row{fmt.Sprintf("daemon RSS with %d locks held (MiB) vs %d held", n, base),
+		r.res.set("local_held_100k_rss_mb", rssMany)
+		r.res.setSummary("local_acquire_ratio_100k_vs_100", rat)
+		gt, met := r.res.met("local_held_100k_rss_mb", &rssGoal)
+		r.res.addRow(Row{fmt.Sprintf("local daemon RSS with %d locks held (MiB) vs %d held", n, base),
 			fmtNum(rssMany) + " MiB", fmtNum(rssBase) + " MiB", "", gt, met})
-		gt, met = r.res.met("acquire_ratio_100k_vs_100", &ratioGoal)
+		gt, met = r.res.met("local_acquire_ratio_100k_vs_100", &ratioGoal)
 		r.res.addRow(Row{fmt.Sprintf("one more EX+UN pair with %d held (µs) vs %d held", n, base),
 			fmtSummary(sm, "µs"), fmtSummary(sf, "µs"), fmtSummary(rat, ""), gt, met})
 		return nil
 	}
 	// Fewer than wanted: the figures for `want` are unavailable.
 	projected := rssBase + perLockKB*float64(want-base)/1024
-	r.res.setNull("held_100k_rss_mb")
-	r.res.setNull("acquire_ratio_100k_vs_100")
-	r.res.set("held_100k_rss_mb_projected", projected)
-	r.res.notes["held_100k_unavailable_reason"] = limitNote
-	r.res.addRow(Row{fmt.Sprintf("daemon RSS with %d locks held (MiB) vs %d held (%d unreachable: fd limit)", n, base, want),
+	r.res.setNull("local_held_100k_rss_mb")
+	r.res.setNull("local_acquire_ratio_100k_vs_100")
+	r.res.set("local_held_100k_rss_mb_projected", projected)
+	r.res.notes["local_held_100k_unavailable_reason"] = limitNote
+	r.res.addRow(Row{fmt.Sprintf("local daemon RSS with %d locks held (MiB) vs %d held (%d unreachable: fd limit)", n, base, want),
 		fmtNum(rssMany) + " MiB", fmtNum(rssBase) + " MiB", "", rssGoal.text + " at " + itoa(want), "n/a"})
 	r.res.addRow(Row{fmt.Sprintf("  projected linearly to %d held (%.2f KiB per lock)", want, perLockKB),
 		fmtNum(projected) + " MiB", "", "", rssGoal.text, "(" + projectedMet(rssGoal, projected) + ")"})
 	r.res.addRow(Row{fmt.Sprintf("one more EX+UN pair with %d held (µs) vs %d held", n, base),
 		fmtSummary(sm, "µs"), fmtSummary(sf, "µs"), fmtSummary(rat, ""), ratioGoal.text + " at " + itoa(want), "n/a"})
 	return nil
+}
+
+// pairsBeside times EX+UN pairs on the control files many (with nMany
+// locks held beside it) and few (nFew held), pairs per repetition, the two
+// sides alternating, and returns the µs per pair of each repetition.
+func (r *runner) pairsBeside(ctx context.Context, what, many, few string, nMany, nFew, pairs, reps int) (a, b []float64, err error) {
+	for rep := 0; rep < reps; rep++ {
+		var x, y float64
+		err := alternate(rep, func() (err error) {
+			x, err = r.nsPerOp(ctx, "pair", "-file", many, "-n", itoa(pairs))
+			return err
+		}, func() (err error) {
+			y, err = r.nsPerOp(ctx, "pair", "-file", few, "-n", itoa(pairs))
+			return err
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		a, b = append(a, x/1e3), append(b, y/1e3)
+		r.logf("%s rep %d: pair with %d held %.1fµs, with %d held %.1fµs", what, rep, nMany, x/1e3, nFew, y/1e3)
+	}
+	return a, b, nil
 }
 
 // projectedMet says whether a projected value would meet g.
@@ -182,13 +194,19 @@ func projectedMet(g goal, v float64) string {
 
 // makeHeldTree makes SRC/h/I/J for the first n directories.
 func makeHeldTree(src string, n int) error {
+	return makeHeldTreeAt(filepath.Join(src, "h"), n)
+}
+
+// makeHeldTreeAt makes ROOT/I/J for the first n directories, as `loadgen
+// hold -root ROOT -fan heldFan` takes them.
+func makeHeldTreeAt(root string, n int) error {
 	for i := 0; i < n; i++ {
 		if i%heldFan == 0 {
-			if err := os.MkdirAll(filepath.Join(src, "h", itoa(i/heldFan)), 0o755); err != nil {
+			if err := os.MkdirAll(filepath.Join(root, itoa(i/heldFan)), 0o755); err != nil {
 				return err
 			}
 		}
-		if err := os.Mkdir(filepath.Join(src, "h", itoa(i/heldFan), itoa(i%heldFan)), 0o755); err != nil {
+		if err := os.Mkdir(filepath.Join(root, itoa(i/heldFan), itoa(i%heldFan)), 0o755); err != nil {
 			return err
 		}
 	}

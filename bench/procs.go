@@ -224,6 +224,28 @@ func isMountPoint(dir string) bool {
 	return false
 }
 
+// mountsUnder returns the mount points below dir, from one read of
+// /proc/self/mountinfo.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 {
+			if p := unescapeMount(fields[4]); strings.HasPrefix(p, dir+"/") {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
 // unescapeMount undoes mountinfo's octal escapes (\040 for a space...).
 func unescapeMount(s string) string {
 	if !strings.Contains(s, `\`) {
@@ -294,7 +316,9 @@ type lineProc struct {
 // logDir/name.log. It is stopped when the run ends, if not before.
 func (r *runner) startLineProc(name string, args ...string) (*lineProc, error) {
 	cmd := exec.Command(r.bin(binLoadgen), args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A session of its own: a lease-loss signal sent to the holder's
+	// process group must not reach the harness.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Env = loadgenEnv()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -339,6 +363,16 @@ func (p *lineProc) line(ctx context.Context, timeout time.Duration) ([]byte, err
 		return nil, fmt.Errorf("%s: no output within %v", filepath.Base(p.log), timeout)
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+}
+
+// exited reports whether the process has exited.
+func (p *lineProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 
 // Measurements are the names of the harness's measurements, in the order
 // they run; Config.Only selects among them.
-var Measurements = []string{"lockpair", "cycle", "disjoint", "handoff", "held", "seq", "meta", "gcs"}
+var Measurements = []string{"lockpair", "cycle", "disjoint", "handoff", "held", "seq", "meta", "gcs", "gcsfleet", "gcssim", "gcsheld"}
 
 // runner is one run: its configuration, work directory, helper binaries,
 // shared mounts and results.
@@ -81,6 +81,9 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		"seq":      r.seq,
 		"meta":     r.meta,
 		"gcs":      r.gcs,
+		"gcsfleet": r.gcsFleet,
+		"gcssim":   r.gcsSim,
+		"gcsheld":  r.gcsHeld,
 	}
 	var errs []error
 	for _, name := range Measurements {
@@ -114,13 +117,13 @@ func (r *runner) close() {
 	}
 	r.cleanup = nil
 	if r.work != "" {
-		// Never remove through a mount that is somehow still there.
-		if err := filepath.WalkDir(r.work, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() && p != r.work && isMountPoint(p) {
-				detach(p)
-			}
-			return nil
-		}); err == nil {
+		// Never remove through a mount that is somehow still there. (One
+		// read of the mount table: the work directory can hold 200,000
+		// directories.)
+		for _, m := range mountsUnder(r.work) {
+			detach(m)
+		}
+		if len(mountsUnder(r.work)) == 0 {
 			os.RemoveAll(r.work)
 		}
 	}

@@ -161,6 +161,19 @@ func (p *Proxy) Traffic() Traffic {
 	return out
 }
 
+// Kinds returns the request counts by kind so far: Traffic without the
+// objects, cheap enough to poll.
+func (p *Proxy) Kinds() map[Kind]int64 {
+	t := p.traffic
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[Kind]int64, len(t.kinds))
+	for k, n := range t.kinds {
+		out[k] = n
+	}
+	return out
+}
+
 // ResetTraffic starts the counts afresh (the limits' token buckets stay).
 func (p *Proxy) ResetTraffic() {
 	t := p.traffic

@@ -1,0 +1,257 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+var gcsHeldKeys = []string{"held_100k_rss_mb", "acquire_ratio_100k_vs_100"}
+
+// gcsHeld: two `lockfs mount --backend gcs` daemons (default TTL) side by
+// side on one emulator, one with Config.GCSHeldLocks locks held on
+// distinct directories, the other with Config.HeldBase. The gcs backend
+// keeps no descriptor per claim, so the holders are spread over several
+// loadgen processes of at most Config.GCSHeldPerProc open control files
+// each, to stay under RLIMIT_NOFILE. The daemons' resident set sizes are
+// read from /proc/PID/status, and one more EX+UN pair at depth 4
+// (Config.GCSHeldPairs per repetition, GCSReps repetitions, sides
+// alternating) is timed on both.
+//
+// Keys: held_100k_rss_mb (the daemon holding GCSHeldLocks),
+// acquire_ratio_100k_vs_100 (per repetition, median, with _min and _max);
+// gcs_held_locks, gcs_held_base_rss_mb, gcs_held_idle_rss_mb,
+// gcs_held_setup_s, gcs_held_daemon_fds and gcs_held_base_daemon_fds (the
+// daemons' open descriptors: none per held lock is the point),
+// gcs_held_acquire_us, gcs_held_base_acquire_us, gcs_held_losses (holds
+// the daemons logged as lost; they run with --on-lease-loss none) and
+// gcs_held_holders_exited (holder processes that died meanwhile). If
+// the locks cannot all be taken within GCSHeldSetup, the two main keys are
+// null and held_100k_unavailable_reason says how far it got.
+func (r *runner) gcsHeld(ctx context.Context) error {
+	if !r.lockfsHasGCS(ctx) {
+		r.nullKeys("held_100k", gcsHeldKeys, "lockfs mount has no --backend gcs")
+		return nil
+	}
+	// The holders inherit the raised soft limit.
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			return err
+		}
+	}
+	perProc := min(r.cfg.GCSHeldPerProc, int(lim.Cur)-heldReserve)
+	if perProc < 1 {
+		return fmt.Errorf("RLIMIT_NOFILE %d leaves no room for holders", lim.Cur)
+	}
+	env, err := r.startGCS(ctx, "held_100k", gcsHeldKeys)
+	if env == nil || err != nil {
+		return err
+	}
+	defer env.close()
+
+	type side struct {
+		name    string
+		locks   int
+		m       *mount
+		ctl     string
+		holders []*lineProc
+	}
+	want, base := r.cfg.GCSHeldLocks, r.cfg.HeldBase
+	sides := []*side{{name: "gcs-held-many", locks: want}, {name: "gcs-held-base", locks: base}}
+	setupDone := false
+	defer func() {
+		// All at once: a holder still taking its locks is killed, one
+		// holding them closes its descriptors and exits.
+		stop := time.Now()
+		var wg sync.WaitGroup
+		for _, s := range sides {
+			for _, h := range s.holders {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if setupDone {
+						h.stop()
+					} else {
+						h.kill()
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		held := time.Now()
+		for _, s := range sides {
+			if s.m != nil {
+				wg.Add(1)
+				go func() { defer wg.Done(); s.m.unmount() }()
+			}
+		}
+		wg.Wait()
+		r.logf("gcs held: holders stopped in %v, daemons in %v", held.Sub(stop).Round(time.Millisecond), time.Since(held).Round(time.Millisecond))
+	}()
+	for _, s := range sides {
+		src, err := r.dir("src-" + s.name)
+		if err != nil {
+			return err
+		}
+		for p := 0; p*perProc < s.locks; p++ {
+			if err := makeHeldTreeAt(filepath.Join(src, fmt.Sprintf("hp%d", p)), min(perProc, s.locks-p*perProc)); err != nil {
+				return err
+			}
+		}
+		if err := os.MkdirAll(filepath.Join(src, gcsLock), 0o755); err != nil {
+			return err
+		}
+		mnt, err := r.dir("mnt", s.name)
+		if err != nil {
+			return err
+		}
+		s.m, err = startMount(ctx, s.name, r.logDir, mnt, r.bin(binLockfs), "mount", "--log-level", "warn",
+			"--backend", "gcs", "--gcs-bucket", gcsBucket, "--gcs-prefix", s.name+"/",
+			"--gcs-endpoint", env.proxy.endpoint(), "--host-id", s.name,
+			// Not signalled: a loss whose holder has exited can signal
+			// the holder's parent's process group, the harness's.
+			"--on-lease-loss", "none", src, mnt)
+		if err != nil {
+			return err
+		}
+		r.atClose(s.m.unmount)
+		s.ctl = filepath.Join(mnt, gcsLock, ".lock")
+	}
+	idle, err := rssMB(sides[0].m.pid())
+	if err != nil {
+		return err
+	}
+
+	// Take the locks: every holder process at once, within GCSHeldSetup.
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.GCSHeldSetup)
+	defer cancel()
+	start := time.Now()
+	held := 0
+	for _, s := range sides {
+		for p := 0; p*perProc < s.locks; p++ {
+			n := min(perProc, s.locks-p*perProc)
+			h, err := r.startLineProc(fmt.Sprintf("%s-holder%d", s.name, p), "hold", "-root", filepath.Join(s.m.dir, fmt.Sprintf("hp%d", p)),
+				"-n", itoa(n), "-fan", itoa(heldFan))
+			if err != nil {
+				return err
+			}
+			s.holders = append(s.holders, h)
+		}
+	}
+	var setupErr error
+	for _, s := range sides {
+		for p, h := range s.holders {
+			n := min(perProc, s.locks-p*perProc)
+			b, err := h.line(sctx, r.cfg.GCSHeldSetup)
+			var out struct{ Held float64 }
+			if err == nil {
+				if jerr := json.Unmarshal(b, &out); jerr != nil || int(out.Held) != n {
+					err = fmt.Errorf("holder: unexpected output %q", b)
+				}
+			}
+			if err != nil {
+				setupErr = fmt.Errorf("%s holder %d (%d locks): %w", s.name, p, n, err)
+				break
+			}
+			held += n
+		}
+		if setupErr != nil {
+			break
+		}
+	}
+	setup := time.Since(start)
+	r.res.set("gcs_held_setup_s", setup.Seconds())
+	r.res.set("gcs_held_locks", float64(held))
+	r.res.set("gcs_held_idle_rss_mb", idle)
+	if fds, err := openFDs(sides[0].m.pid()); err == nil {
+		r.res.set("gcs_held_daemon_fds", float64(fds))
+	}
+	if setupErr != nil {
+		rss, _ := rssMB(sides[0].m.pid())
+		r.nullKeys("held_100k", gcsHeldKeys, fmt.Sprintf("gcs backend: %d of %d locks held by the holder processes after %v (daemon RSS then %.0f MiB, %d holds lost): %v",
+			held, want+base, setup.Round(time.Second), rss, countLosses(sides[0].m.log), setupErr))
+		return nil
+	}
+	setupDone = true
+	r.logf("gcs held: %d + %d locks held after %v", want, base, setup.Round(time.Millisecond))
+
+	pctx, pcancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer pcancel()
+	many, few, err := r.pairsBeside(pctx, "gcs held", sides[0].ctl, sides[1].ctl, want, base, r.cfg.GCSHeldPairs, r.cfg.GCSReps)
+	if err != nil {
+		return err
+	}
+	rssMany, err := rssMB(sides[0].m.pid())
+	if err != nil {
+		return err
+	}
+	rssBase, err := rssMB(sides[1].m.pid())
+	if err != nil {
+		return err
+	}
+	fdsMany, err := openFDs(sides[0].m.pid())
+	if err != nil {
+		return err
+	}
+	fdsBase, err := openFDs(sides[1].m.pid())
+	if err != nil {
+		return err
+	}
+	exited, lost := 0, 0
+	for _, s := range sides {
+		for _, h := range s.holders {
+			if h.exited() {
+				exited++
+			}
+		}
+		lost += countLosses(s.m.log)
+	}
+	sm, sf, rat := summarize(many), summarize(few), summarize(ratios(many, few))
+	res := r.res
+	res.set("held_100k_rss_mb", rssMany)
+	res.setSummary("acquire_ratio_100k_vs_100", rat)
+	res.set("gcs_held_base_rss_mb", rssBase)
+	res.set("gcs_held_daemon_fds", float64(fdsMany))
+	res.set("gcs_held_base_daemon_fds", float64(fdsBase))
+	res.setSummary("gcs_held_acquire_us", sm)
+	res.setSummary("gcs_held_base_acquire_us", sf)
+	res.set("gcs_held_holders_exited", float64(exited))
+	res.set("gcs_held_losses", float64(lost))
+	r.logf("gcs held: RSS %.0f MiB with %d held (%.0f with %d, %.0f idle); %d and %d descriptors; %d holds lost, %d holders exited",
+		rssMany, want, rssBase, base, idle, fdsMany, fdsBase, lost, exited)
+	rssGoal, ratioGoal := atMost(256), atMost(1.2)
+	gt, met := res.met("held_100k_rss_mb", &rssGoal)
+	res.addRow(Row{fmt.Sprintf("gcs daemon RSS with %d locks held (MiB) vs %d held", want, base),
+		fmtNum(rssMany) + " MiB", fmt.Sprintf("%s MiB; descriptors %d vs %d; %d holds lost", fmtNum(rssBase), fdsMany, fdsBase, lost), "", gt, met})
+	gt, met = res.met("acquire_ratio_100k_vs_100", &ratioGoal)
+	res.addRow(Row{fmt.Sprintf("gcs: one more EX+UN pair with %d held (µs) vs %d held", want, base),
+		fmtSummary(sm, "µs"), fmtSummary(sf, "µs"), fmtSummary(rat, ""), gt, met})
+	return nil
+}
+
+// countLosses counts the holds a daemon's log reports lost.
+func countLosses(logPath string) int {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), `level=error msg="lock lost"`)
+}
+
+// openFDs counts the descriptors process pid has open.
+func openFDs(pid int) (int, error) {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return len(ents), err
+}
