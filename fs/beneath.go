@@ -115,6 +115,10 @@ func (f *FS) fail(op, path string, err error) error {
 		// A symlink appeared inside a backing path: something in SOURCE
 		// changed under the mount (or tried to lead it outside).
 		e.Info("symlink in backing path refused")
+	case errno == syscall.ENODATA:
+		// An absent extended attribute is an answer, not a failure: the
+		// kernel asks for security.capability before every write.
+		e.Trace("no such attribute")
 	case routine[errno]:
 		e.Debug("request failed")
 	default:

@@ -47,6 +47,7 @@ type controlState struct {
 
 	// Constant data
 	interrupts *interruptTracker
+	refusals   *refusalLimiter // which refusals are logged
 
 	// nextOwner numbers the open file descriptions of control files; each
 	// is one flock owner. Handle IDs cannot serve: bazil reuses them.
@@ -78,6 +79,7 @@ func newControlState(engine *lockmgr.Engine, log logrus.FieldLogger, obs lockmgr
 		log:        log,
 		obs:        obs,
 		interrupts: newInterruptTracker(nil),
+		refusals:   newRefusalLimiter(nil),
 		nodes:      make(map[nodeKey]*controlNode),
 	}
 }

@@ -247,6 +247,7 @@ func (h *controlHandle) Release(ctx context.Context, req *fuse.ReleaseRequest) e
 	n.mu.Unlock()
 	var errs []error
 	for i, rec := range done {
+		n.c.logDeadHolder(rec.id, owners[i])
 		if err := n.c.release(ctx, rec.id, owners[i]); err != nil {
 			errs = append(errs, n.c.refuse(lockCall{op: "release", id: rec.id, owner: owners[i], uid: req.Uid}, err))
 		}
@@ -366,18 +367,21 @@ func lockErrno(err error) syscall.Errno {
 	return syscall.EIO
 }
 
-// refuse logs a refused or failed lock call once, at the level its errno
-// deserves, and returns the errno for bazil to answer with. Conflicts under
-// LOCK_NB and interrupted waits are routine (flock -n, flock -w): debug.
+// refuse logs a refused or failed lock call, at the level its errno
+// deserves, and returns the errno for bazil to answer with. Refusals
+// (EWOULDBLOCK, EDEADLK, EACCES, EINVAL...) are logged at info and name the
+// holder in the way; at most one line per lock per refusalWindow, the next
+// one counting those left out. An interrupted wait (a signal, a flock -w
+// timeout, the waiter's death) is routine: debug.
 func (c *controlState) refuse(call lockCall, err error) error {
 	errno := lockErrno(err)
 	pid := call.pid
 	if pid == 0 {
 		pid = call.tid
 	}
-	e := c.log.WithError(err).WithFields(logrus.Fields{
+	fields := logrus.Fields{
 		"op":    call.op,
-		"path":  call.id.String(),
+		"path":  lockmgr.QuoteName(call.id.String()),
 		"kind":  call.id.Kind.String(),
 		"mode":  call.mode.String(),
 		"owner": call.owner.String(),
@@ -385,10 +389,23 @@ func (c *controlState) refuse(call lockCall, err error) error {
 		"tid":   call.tid,
 		"uid":   call.uid,
 		"errno": unix.ErrnoName(errno),
-	})
+	}
+	if errno == syscall.EINTR {
+		c.log.WithError(err).WithFields(fields).Debug("lock wait interrupted (signal, timeout or the waiter's death)")
+		return errno
+	}
+	ok, suppressed := c.refusals.allow(call.id)
+	if !ok {
+		return errno
+	}
+	if suppressed > 0 {
+		fields["suppressed"] = suppressed
+	}
+	if call.op != "unlock" && call.op != "flush" && call.op != "release" && (errno == syscall.EAGAIN || errno == syscall.EDEADLK) {
+		fields["blocked_by"] = c.blocker(lockmgr.Request{Lock: call.id, Mode: call.mode, Owner: call.owner, TID: call.tid, UID: call.uid})
+	}
+	e := c.log.WithError(err).WithFields(fields)
 	switch errno {
-	case syscall.EAGAIN, syscall.EINTR:
-		e.Debug("lock request refused")
 	case syscall.EIO:
 		e.Error("lock request failed")
 	case syscall.ENOLCK:

@@ -92,7 +92,7 @@ func addMountFlags(fs *pflag.FlagSet, mf *mountFlags) {
 	fs.StringVar(&mf.onLeaseLoss, "on-lease-loss", "SIGTERM", "signal sent to the process group of a holder whose lock is lost or broken, or none")
 	fs.StringVar(&mf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
 	fs.StringVar(&mf.adminDir, "admin-dir", admin.SocketDir, "directory of the admin socket that lockfs status and lockfs break use")
-	durationVarP(fs, &mf.slowWait, "log-wait-over", "", time.Second, "log every grant that waited longer than this (0: never)")
+	durationVarP(fs, &mf.slowWait, "log-wait-over", "", time.Second, "log waits longer than this: when they pass it, every minute while they last (naming who is in the way), and at the grant (0: never)")
 	fs.IntVar(&mf.readaheadKB, "readahead-kb", defaultReadaheadKB, "kernel readahead of the mount in KiB, for sequential reads (FUSE's default is 128; 0: leave it; needs root)")
 	fs.BoolVar(&mf.listCtl, "list-control-files", false, "list .lock, .lock_newdir and .lock_usage in readdir (by default they are found by name only)")
 	fs.IntVar(&mf.maxOpen, "max-open-per-uid", -1, "files and directories one user may hold open through the mount (EMFILE beyond; -1: a quarter of the daemon's descriptor limit; 0: no cap)")
@@ -190,13 +190,18 @@ type daemon struct {
 	served     chan struct{} // closed when Serve returns
 	serveErr   error         // Serve's result; read after served is closed
 	admin      *admin.Server
+	waits      *waitWatch // logs long waits while they last
 	adminPath  string
 	metricsSrv *http.Server // nil without --metrics-addr
 	hostID     string
 }
 
-// stopServices closes the admin socket and the metrics endpoint.
+// stopServices closes the admin socket and the metrics endpoint, and stops
+// watching long waits.
 func (d *daemon) stopServices() {
+	if d.waits != nil {
+		d.waits.close()
+	}
 	if d.admin != nil {
 		if err := d.admin.Close(); err != nil {
 			d.log.WithError(err).Warn("closing the admin socket")

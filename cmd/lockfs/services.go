@@ -12,8 +12,8 @@ import (
 	"github.com/lockfs/lockfs/metrics"
 )
 
-// startServices opens the admin socket and, with --metrics-addr, the
-// metrics endpoint.
+// startServices opens the admin socket, starts the watch of long waits
+// (--log-wait-over) and, with --metrics-addr, the metrics endpoint.
 func (d *daemon) startServices(mf mountFlags, m *metrics.Metrics, f *fs.FS) error {
 	srv, err := admin.NewServer(admin.Config{Engine: d.engine, Mountpoint: d.mountpoint, Backend: mf.backend,
 		Notes: f.Note, Logger: d.log})
@@ -25,6 +25,8 @@ func (d *daemon) startServices(mf mountFlags, m *metrics.Metrics, f *fs.FS) erro
 		return err
 	}
 	d.admin = srv
+	d.waits = newWaitWatch(d.engine.Snapshot, mf.slowWait, d.log)
+	d.waits.start()
 	if mf.metricsAddr == "" {
 		return nil
 	}

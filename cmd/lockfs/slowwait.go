@@ -1,10 +1,14 @@
 package main
 
 import (
+	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -22,7 +26,7 @@ var _ lockmgr.Observer = (*slowWaits)(nil)
 func (s *slowWaits) Requested(req lockmgr.Request, g lockmgr.Grant, outcome lockmgr.Outcome, took time.Duration) {
 	if outcome == lockmgr.Granted && s.threshold > 0 && took >= s.threshold {
 		s.log.WithFields(logrus.Fields{
-			"path": req.Lock.String(), "kind": req.Lock.Kind.String(), "mode": req.Mode.String(),
+			"path": lockmgr.QuoteName(req.Lock.String()), "kind": req.Lock.Kind.String(), "mode": req.Mode.String(),
 			"pid": req.TID, "uid": req.UID, "host": s.host, "token": g.Token, "waited": took.Round(time.Millisecond).String(),
 		}).Info("lock granted after a long wait")
 	}
@@ -30,3 +34,154 @@ func (s *slowWaits) Requested(req lockmgr.Request, g lockmgr.Grant, outcome lock
 }
 
 func (s *slowWaits) Lost(id lockmgr.LockID, broken bool) { s.next.Lost(id, broken) }
+
+// waitRepeat is how often a wait that goes on is logged again.
+const waitRepeat = time.Minute
+
+// waitWatch logs, while they last, the waits longer than a threshold: once
+// when a wait passes it, and every waitRepeat after, naming the lock, the
+// waiter and who is in its way. It reads the engine's table (Snapshot)
+// every poll.
+type waitWatch struct {
+	// Dependencies
+	snapshot func() []lockmgr.LockStatus
+	log      logrus.FieldLogger
+	describe func(pid int) procinfo.Command
+
+	// Constant data
+	threshold time.Duration
+	repeat    time.Duration
+
+	// Mutable state, owned by the goroutine that calls scan.
+	logged map[waitKey]time.Time // when each long wait was last logged
+
+	stop chan struct{}
+	done sync.WaitGroup
+}
+
+// waitKey names one waiter on one lock.
+type waitKey struct {
+	lock  lockmgr.LockID
+	owner lockmgr.Owner
+	tid   int
+	since time.Time
+}
+
+func newWaitWatch(snapshot func() []lockmgr.LockStatus, threshold time.Duration, log logrus.FieldLogger) *waitWatch {
+	return &waitWatch{
+		snapshot:  snapshot,
+		log:       log,
+		describe:  func(pid int) procinfo.Command { return procinfo.Describe("", pid) },
+		threshold: threshold,
+		repeat:    waitRepeat,
+		logged:    make(map[waitKey]time.Time),
+		stop:      make(chan struct{}),
+	}
+}
+
+// start runs the watch until close; a zero threshold turns it off.
+func (w *waitWatch) start() {
+	if w.threshold <= 0 {
+		return
+	}
+	poll := min(w.threshold/2, time.Second)
+	poll = max(poll, 50*time.Millisecond)
+	w.done.Add(1)
+	go func() {
+		defer w.done.Done()
+		t := time.NewTicker(poll)
+		defer t.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case now := <-t.C:
+				w.scan(w.snapshot(), now)
+			}
+		}
+	}()
+}
+
+// close stops the watch and waits for it.
+func (w *waitWatch) close() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	w.done.Wait()
+}
+
+// scan logs the waits of snap that are due at now.
+func (w *waitWatch) scan(snap []lockmgr.LockStatus, now time.Time) {
+	seen := make(map[waitKey]bool)
+	for _, st := range snap {
+		for i, wt := range st.Waiters {
+			waited := now.Sub(wt.Since)
+			if waited < w.threshold {
+				continue
+			}
+			k := waitKey{lock: st.Lock, owner: wt.Owner, tid: wt.TID, since: wt.Since}
+			seen[k] = true
+			if last, ok := w.logged[k]; ok && now.Sub(last) < w.repeat {
+				continue
+			}
+			w.logged[k] = now
+			wants, mode := wt.Wants, wt.WantsMode
+			if wants == (lockmgr.LockID{}) {
+				wants, mode = st.Lock, wt.Mode
+			}
+			w.log.WithFields(logrus.Fields{
+				"path":       lockmgr.QuoteName(wants.String()),
+				"kind":       wants.Kind.String(),
+				"mode":       mode.String(),
+				"waiting_on": lockmgr.QuoteName(st.Lock.String()),
+				"pid":        wt.Process.PID,
+				"uid":        wt.UID,
+				"command":    w.describe(wt.Process.PID).String(),
+				"waited":     waited.Round(time.Second).String(),
+				"blocked_by": w.blockers(st, wt, i),
+			}).Info("lock wait is long: still waiting")
+		}
+	}
+	for k := range w.logged {
+		if !seen[k] {
+			delete(w.logged, k) // granted, interrupted or gone
+		}
+	}
+}
+
+// blockers names who keeps waiter wt (the i-th in st's queue) waiting: the
+// holders whose mode conflicts with its own, else the waiters queued ahead
+// of it (first come, first served), else no process of this host.
+func (w *waitWatch) blockers(st lockmgr.LockStatus, wt lockmgr.Waiter, i int) string {
+	var out []string
+	for _, h := range st.Holders {
+		mode := h.Mode
+		if !h.Explicit {
+			mode = lockmgr.Shared
+		}
+		if h.Owner == wt.Owner || !lockmgr.Conflicts(mode, wt.Mode) {
+			continue
+		}
+		s := fmt.Sprintf("pid=%d host=%s %s", h.Process.PID, h.Host, mode)
+		if !h.Explicit {
+			s += " (for a lock below)"
+		}
+		c := w.describe(h.Process.PID)
+		switch {
+		case c.Runs != nil:
+			s += fmt.Sprintf(" %s [%d under %s]", c.Runs.String(), c.Runs.PID, c.Name)
+		case c.String() != "":
+			s += " " + c.String()
+		}
+		out = append(out, s)
+	}
+	switch {
+	case len(out) > 0:
+		return strings.Join(out, "; ")
+	case i > 0:
+		return fmt.Sprintf("%d earlier waiters queued ahead (first come, first served)", i)
+	}
+	return "no holder on this host (another host's, or a process locking the SOURCE file directly)"
+}

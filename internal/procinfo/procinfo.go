@@ -161,3 +161,34 @@ func escape(s string) string {
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) }
+
+// pfExiting is the kernel's PF_EXITING task flag (include/linux/sched.h):
+// set as a task starts to exit, before it closes its files.
+const pfExiting = 0x4
+
+// Exited reports whether process (or thread) pid has exited or is exiting:
+// it is gone from /proc, a zombie, or flagged PF_EXITING. The kernel closes
+// an exiting process's files, and so releases its locks, before its parent
+// reaps it, while /proc still shows it.
+func Exited(root string, pid int) bool {
+	if root == "" {
+		root = Root
+	}
+	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return os.IsNotExist(err)
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 7 {
+		return false
+	}
+	if f[0] == "Z" || f[0] == "X" || f[0] == "x" {
+		return true
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err == nil && flags&pfExiting != 0
+}

@@ -60,3 +60,24 @@ func TestQuoteEscapes(t *testing.T) {
 		t.Error("a huge argv is not cut")
 	}
 }
+
+// TestExited: a running process is not exited; the same process as a
+// zombie (killed, not yet reaped) is, and so is a pid that is gone.
+func TestExited(t *testing.T) {
+	cmd := exec.Command("sleep", "1000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if Exited("", pid) {
+		t.Fatal("a running sleep counts as exited")
+	}
+	cmd.Process.Kill()
+	if !testutil.Poll(10*time.Second, func() bool { return Exited("", pid) }) {
+		t.Fatal("a killed, unreaped sleep does not count as exited")
+	}
+	cmd.Wait()
+	if !Exited("", pid) {
+		t.Fatal("a reaped pid does not count as exited")
+	}
+}
