@@ -97,6 +97,9 @@ type Waiter struct {
 	Runs      *procinfo.Command `json:"runs,omitempty"`
 	Since     time.Time         `json:"since,omitempty"`
 	Hidden    bool              `json:"hidden,omitempty"`
+	// Blocker, for a request waiting for the backend's claim, says who
+	// holds it outside this daemon.
+	Blocker string `json:"blocker,omitempty"`
 }
 
 // Config is what a Server needs.
@@ -314,7 +317,7 @@ func (s *Server) status(p string, uid int) []Lock {
 			l.Holders = append(l.Holders, hv)
 		}
 		for _, w := range st.Waiters {
-			wv := Waiter{Mode: w.Mode.String(), Implicit: w.Implicit, Wants: w.Wants.String(), WantsMode: w.WantsMode.String()}
+			wv := Waiter{Mode: w.Mode.String(), Implicit: w.Implicit, Wants: w.Wants.String(), WantsMode: w.WantsMode.String(), Blocker: w.Blocker}
 			if uid == 0 || uint32(uid) == w.UID {
 				u := w.UID
 				wv.PID, wv.UID, wv.Since = w.Process.PID, &u, w.Since.UTC()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -45,6 +46,9 @@ func WriteTable(w io.Writer, r Reply, now time.Time) error {
 			note := "-"
 			if wt.Implicit && wt.Wants != "" {
 				note = "for " + lockmgr.QuoteName(wt.Wants) + " " + wt.WantsMode
+			}
+			if wt.Blocker != "" {
+				note = strings.TrimPrefix(strings.TrimPrefix(note, "-")+"; ", "; ") + "blocked by " + wt.Blocker
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", path, l.Kind, "waiting", wt.Mode,
 				"-", num(wt.PID), uid(wt.UID, wt.Hidden), orDash(command(wt.Command, wt.Cmdline, wt.Runs)), age(now, wt.Since), "-", lease, note)

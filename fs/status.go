@@ -29,7 +29,11 @@ import (
 //	holder host=h1 pid=1234 uid=0 mode=exclusive since=2026-11-29T18:00:00Z token=17 explicit you note="deploying v1.2"
 //	holder mode=shared implicit=2 hidden
 //	implicit 3                        holds taken on behalf of locks below
-//	waiters 2                         queued requests
+//	waiters 2                         queued requests, then one line each:
+//	waiter pid=99 uid=0 mode=exclusive since=2026-11-29T18:01:00Z
+//	waiter pid=98 uid=0 mode=shared since=... for=a/b/c/.lock for_mode=exclusive
+//	waiter pid=97 uid=0 mode=exclusive since=... outside blocker="another process or daemon on this host (backing file)"
+//	waiter mode=shared hidden
 //	lease exclusive                   the backend's claim: its mode, or the backend's
 //	                                  description (gcs: expiry); "none" if none
 //
@@ -46,6 +50,13 @@ import (
 // Identities (host, pid, uid, since, token, note) are shown only to root
 // and to the holder's own uid; others see the mode, explicit, implicit=N,
 // lost and the word hidden.
+//
+// A waiter line per queued request, oldest first: pid, uid and since
+// (identities, shown as for holders), mode (the mode it waits for on this
+// lock), for= and for_mode= when it waits here for an ancestor hold of the
+// lock it asked for, and outside with blocker="..." when it waits for the
+// backend's claim, held outside this daemon (another daemon or a program
+// locking SOURCE directly, with the local backend).
 
 // statusText renders the status of n's lock for a reader with uid, reading
 // through handle reader.
@@ -86,12 +97,42 @@ func (n *controlNode) statusText(reader *controlHandle, uid uint32) []byte {
 	}
 	fmt.Fprintf(&b, "implicit %d\n", st.Implicit)
 	fmt.Fprintf(&b, "waiters %d\n", len(st.Waiters))
+	for _, w := range st.Waiters {
+		b.WriteString(waiterLine(w, uid == 0 || uid == w.UID))
+		b.WriteByte('\n')
+	}
 	lease := st.Lease
 	if lease == "" {
 		lease = "none"
 	}
 	fmt.Fprintf(&b, "lease %s\n", strings.ReplaceAll(lease, "\n", " "))
 	return b.Bytes()
+}
+
+// waiterLine renders one waiter; visible says whether the reader may see
+// its identity.
+func waiterLine(w lockmgr.Waiter, visible bool) string {
+	f := []string{"waiter"}
+	if visible {
+		f = append(f,
+			"pid="+strconv.Itoa(w.Process.PID),
+			"uid="+strconv.FormatUint(uint64(w.UID), 10),
+		)
+	}
+	f = append(f, "mode="+w.Mode.String())
+	if visible {
+		f = append(f, "since="+w.Since.UTC().Format(time.RFC3339))
+	}
+	if w.Implicit {
+		f = append(f, "for="+lockmgr.QuoteName(w.Wants.String()), "for_mode="+w.WantsMode.String())
+	}
+	if w.Outside {
+		f = append(f, "outside", "blocker="+strconv.Quote(w.Blocker))
+	}
+	if !visible {
+		f = append(f, "hidden")
+	}
+	return strings.Join(f, " ")
 }
 
 // holderLine renders one holder; visible says whether the reader may see

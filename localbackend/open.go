@@ -39,6 +39,12 @@ func (b *Backend) SourceNames() []string {
 	return []string{dirLockName, newDirLockName, usageLockName}
 }
 
+// Blocker says who a request waiting for a claim waits for
+// (lockmgr.BlockerDescriber): whoever holds the backing file's flock.
+func (b *Backend) Blocker() string {
+	return "another process or daemon on this host (backing file)"
+}
+
 // backingPath returns the path of id's backing file relative to SOURCE, or an
 // error wrapping lockmgr.ErrInvalid if id is malformed.
 func backingPath(id lockmgr.LockID) (string, error) {

@@ -251,6 +251,15 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 	var w *waiter
 	var selfGrace time.Time // when a wait for the thread's own hold becomes a deadlock
+	// ow is the request while it waits for the backend's claim, and ows
+	// the lock it is shown on (status).
+	var ow *waiter
+	var ows *lockState
+	defer func() {
+		if ow != nil {
+			delete(ows.outside, ow)
+		}
+	}()
 	defer func() {
 		if w != nil {
 			ls := e.locks[s.id]
@@ -281,6 +290,18 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 			if ls.lease != nil && ls.lease.Mode() >= need && ls.lease.Err() == nil {
 				e.addHoldLocked(ls, s, rc)
 				return nil
+			}
+			if rc.req.Wait && ow == nil {
+				// A request queued before keeps its place in status
+				// (statusLocked shows it once, as waiting outside).
+				ow, ows = w, ls
+				if ow == nil {
+					ow = &waiter{step: s, rc: rc, since: e.now()}
+				}
+				if ls.outside == nil {
+					ls.outside = make(map[*waiter]struct{})
+				}
+				ls.outside[ow] = struct{}{}
 			}
 			if ls.busy {
 				if ls.busyWaits && !rc.req.Wait {

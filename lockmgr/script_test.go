@@ -339,6 +339,9 @@ func (env *scriptEnv) run(line string) []string {
 			if w.Implicit {
 				s += " implicit"
 			}
+			if w.Outside {
+				s += " outside"
+			}
 			out = append(out, s)
 		}
 	default:

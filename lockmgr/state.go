@@ -15,6 +15,11 @@ type lockState struct {
 	holds map[Owner]*hold
 	// queue is the FIFO of waiters.
 	queue []*waiter
+	// outside holds the requests that wait for the backend's claim: for a
+	// holder outside this engine (another daemon, a program locking SOURCE
+	// directly, another host), or for another request's claim of it. They
+	// are not in queue: only status shows them.
+	outside map[*waiter]struct{}
 	// lease is the host's claim from the backend; nil if none.
 	lease Lease
 	// unwatch stops the lease's watcher goroutine, if it has one.

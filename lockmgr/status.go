@@ -42,6 +42,17 @@ type Waiter struct {
 	// below it (a/b/.lock waits on a's queue for its shared hold of a).
 	Wants     LockID
 	WantsMode Mode
+	// Outside: the request waits for the backend's claim, held by someone
+	// outside this engine (Blocker says who, as far as the backend knows),
+	// not for a holder of this daemon.
+	Outside bool
+	Blocker string
+}
+
+// BlockerDescriber is implemented by backends that can say who holds a
+// claim outside the engine, for the status of requests waiting for it.
+type BlockerDescriber interface {
+	Blocker() string
 }
 
 // LockStatus is a snapshot of one lock.
@@ -85,11 +96,30 @@ func (e *Engine) statusLocked(ls *lockState) LockStatus {
 		return a.Since.Before(b.Since)
 	})
 	for _, w := range ls.queue {
+		if _, out := ls.outside[w]; out {
+			continue // shown below
+		}
 		st.Waiters = append(st.Waiters, Waiter{
 			Owner: w.rc.req.Owner, Mode: w.step.mode, Process: w.rc.lineage.Self(), TID: w.rc.req.TID,
 			UID: w.rc.req.UID, Since: w.since, Implicit: !w.step.explicit,
 			Wants: w.rc.req.Lock, WantsMode: w.rc.req.Mode,
 		})
+	}
+	if len(ls.outside) > 0 {
+		blocker := "a holder outside this daemon (the backend's claim)"
+		if d, ok := e.backend.(BlockerDescriber); ok {
+			blocker = d.Blocker()
+		}
+		var outside []Waiter
+		for w := range ls.outside {
+			outside = append(outside, Waiter{
+				Owner: w.rc.req.Owner, Mode: w.step.mode, Process: w.rc.lineage.Self(), TID: w.rc.req.TID,
+				UID: w.rc.req.UID, Since: w.since, Implicit: !w.step.explicit,
+				Wants: w.rc.req.Lock, WantsMode: w.rc.req.Mode, Outside: true, Blocker: blocker,
+			})
+		}
+		sort.Slice(outside, func(i, j int) bool { return outside[i].Since.Before(outside[j].Since) })
+		st.Waiters = append(st.Waiters, outside...)
 	}
 	if ls.lease != nil {
 		st.Lease = ls.lease.Mode().String()
