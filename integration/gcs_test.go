@@ -652,8 +652,8 @@ func tokenOf(t *testing.T, line string) (token uint64, lost bool) {
 
 // TestGCSStoppedHostLosesLease: host A's daemon is SIGSTOPped past its TTL
 // while a process holds a lock through it. Host B gets the lock after the
-// TTL; when A resumes (SIGCONT) it marks its lock lost, sends the holder's
-// process group --on-lease-loss (SIGUSR1), fails the holder's lock calls
+// TTL; when A resumes (SIGCONT) it marks its lock lost, sends the holder
+// (and its descendants) --on-lease-loss (SIGUSR1), fails the holder's lock calls
 // with EIO, and B's grant carries a higher fencing token and is left
 // alone. Control: B is refused while A runs.
 func TestGCSStoppedHostLosesLease(t *testing.T) {
@@ -727,7 +727,7 @@ func TestGCSStoppedHostLosesLease(t *testing.T) {
 			lostLines = append(lostLines, l)
 		}
 	}
-	if !strings.Contains(a.logText(), "lock lost: signalled the holder's process group") {
+	if !strings.Contains(a.logText(), "lock lost: signalled the holder and its descendants") {
 		t.Errorf("A's log does not say that the holder was signalled; its lines on the loss:\n%s", strings.Join(lostLines, "\n"))
 	}
 	t.Logf("A's log on the loss:\n%s", strings.Join(lostLines, "\n"))

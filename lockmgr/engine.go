@@ -26,7 +26,7 @@ type Config struct {
 	Host string
 	// OnLoss, if set, is called for every hold that is marked lost (its
 	// lease was lost, or an operator broke it), without engine locks held,
-	// so that the caller can signal the holder's process group.
+	// so that the caller can signal the holder (and what runs under it).
 	OnLoss func(LostHold)
 	// Now is the clock for "since" times. Default: time.Now.
 	Now func() time.Time

@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/localbackend"
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -197,8 +198,8 @@ func describeFlockHolders(source string, id lockmgr.LockID) string {
 			mode = "shared"
 		}
 		d := fmt.Sprintf("%s held %s by pid %d", rel, mode, pid)
-		if c := processCommand(pid); c != "" {
-			d += " (" + c + ")"
+		if c := procinfo.Describe("", pid); c.Name != "" {
+			d += " (" + c.String() + ")"
 		}
 		out = append(out, d)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -167,8 +168,8 @@ func describeHolders(st []byte, now time.Time) string {
 		}
 		d := fmt.Sprintf("held %s by host %s pid %s", kv["mode"], kv["host"], kv["pid"])
 		if pid, err := strconv.Atoi(kv["pid"]); err == nil && isThisHost(kv["host"]) {
-			if c := processCommand(pid); c != "" {
-				d += " (" + c + ")"
+			if c := procinfo.Describe("", pid); c.Name != "" {
+				d += " (" + c.String() + ")"
 			}
 		}
 		if since, err := time.Parse(time.RFC3339, kv["since"]); err == nil {
@@ -190,19 +191,6 @@ func describeHolders(st []byte, now time.Time) string {
 func isThisHost(host string) bool {
 	h, err := os.Hostname()
 	return err == nil && (host == h || strings.HasPrefix(host, h+"-"))
-}
-
-// processCommand is pid's command line, "" if unreadable.
-func processCommand(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || len(b) == 0 {
-		return ""
-	}
-	c := strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")
-	if len(c) > 80 {
-		c = c[:77] + "..."
-	}
-	return c
 }
 
 // mountHold is a lock held through a mount. It watches the descriptor's

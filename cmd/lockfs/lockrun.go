@@ -85,8 +85,17 @@ func runUnderLock(h heldLock, lockName string, command []string, killAfter time.
 	for {
 		select {
 		case err := <-exited:
-			if lost {
+			// Through a mount, the mount's loss signal reaches COMMAND
+			// as well as lockfs lock, and COMMAND may end before the
+			// signal to lockfs lock is seen: look once more.
+			h.check()
+			select {
+			case <-h.lost():
+				if !lost {
+					fmt.Fprintf(stderr, "lockfs lock: lock %s lost (%v) by the time COMMAND ended\n", lockName, h.lostErr())
+				}
 				return lockExitLost
+			default:
 			}
 			return exitStatus(err)
 		case s := <-sigs:

@@ -89,7 +89,7 @@ func addMountFlags(fs *pflag.FlagSet, mf *mountFlags) {
 	fs.BoolVar(&mf.allowRemote, "allow-remote-source", false, "allow a SOURCE on NFS, CIFS/SMB or FUSE, whose flock is not this host's")
 	fs.StringVar(&mf.logLevel, "log-level", "info", "log level: error, warn, info, debug or trace")
 	fs.StringVar(&mf.logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&mf.onLeaseLoss, "on-lease-loss", "SIGTERM", "signal sent to the process group of a holder whose lock is lost or broken, or none")
+	fs.StringVar(&mf.onLeaseLoss, "on-lease-loss", "SIGTERM", "signal sent to a holder whose lock is lost or broken and to its descendants (never to its process group), or none")
 	fs.StringVar(&mf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
 	fs.StringVar(&mf.adminDir, "admin-dir", admin.SocketDir, "directory of the admin socket that lockfs status and lockfs break use")
 	durationVarP(fs, &mf.slowWait, "log-wait-over", "", time.Second, "log waits longer than this: when they pass it, every minute while they last (naming who is in the way), and at the grant (0: never)")
@@ -252,7 +252,7 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 		Processes: procs,
 		Logger:    log,
 		Host:      host,
-		OnLoss:    lossHandler(lossSig, log),
+		OnLoss:    lossHandler(lossSig, controlPath(paths.mountpoint), log),
 		Observer:  &slowWaits{next: m, threshold: mf.slowWait, log: log, host: host},
 	})
 	if err != nil {

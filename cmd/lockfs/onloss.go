@@ -1,7 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -9,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -47,12 +51,17 @@ func signalName(sig syscall.Signal) string {
 }
 
 // lossHandler returns the engine's OnLoss hook: it sends sig to the process
-// group of the process holding the lost lock, so that a command run under
-// flock(1) stops instead of running on unprotected (SPEC §5). If the holder
-// is in our own process group (lockfs started from the same script), only
-// the holder itself is signalled: lockfs must not signal itself.
-func lossHandler(sig syscall.Signal, log logrus.FieldLogger) func(lockmgr.LostHold) {
-	self := unix.Getpgrp()
+// holding the lost lock and to that process's descendants, so that a
+// command run under flock(1) stops instead of running on unprotected
+// (SPEC §5). It never signals a process group: for `flock dir/.lock cmd`
+// in a script, the group is the whole script, which must survive and see
+// flock fail. The holder is signalled only if it has a descriptor of the
+// lock's control file open (controlPath gives the file's path as /proc
+// shows it): after the process that took a lock died, the engine may name
+// its parent as the holder, which did not ask for the lock and is never
+// signalled. lockfs itself is never signalled.
+func lossHandler(sig syscall.Signal, controlPath func(lockmgr.LockID) string, log logrus.FieldLogger) func(lockmgr.LostHold) {
+	self := os.Getpid()
 	return func(l lockmgr.LostHold) {
 		pid := l.Holder.Process.PID
 		fields := logrus.Fields{
@@ -64,23 +73,81 @@ func lossHandler(sig syscall.Signal, log logrus.FieldLogger) func(lockmgr.LostHo
 			log.Warn("lock lost; --on-lease-loss is none: the holder is not signalled")
 			return
 		}
-		if pid <= 1 {
+		if pid <= 1 || pid == self {
 			log.Warn("lock lost; its holder is unknown: nobody signalled")
 			return
 		}
-		pgid, err := unix.Getpgid(pid)
-		if err != nil {
-			log.WithField("error_getpgid", err.Error()).Warn("lock lost; its holder is gone: nobody signalled")
+		holds, err := hasOpen(pid, controlPath(l.Lock))
+		switch {
+		case err != nil && !threadOf(l.Holder.TID, pid):
+			log.WithField("error_proc", err.Error()).Warn("lock lost; its holder is gone, or its descriptors cannot be read and it is not the process that took the lock: nobody signalled")
+			return
+		case err == nil && !holds:
+			log.Warn("lock lost; the process it belongs to has no descriptor of the lock (the one that took it died): nobody signalled")
 			return
 		}
-		target, desc := -pgid, "process group"
-		if pgid == self || pgid <= 1 {
-			target, desc = pid, "process (it shares lockfs's process group)"
+		targets := descendants(pid, self)
+		var failed []string
+		for _, p := range targets {
+			if err := unix.Kill(p, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+				failed = append(failed, fmt.Sprintf("%d: %v", p, err))
+			}
 		}
-		if err := unix.Kill(target, sig); err != nil {
-			log.WithField("pgid", pgid).Errorf("lock lost; signalling the holder's %s failed: %v", desc, err)
+		if len(failed) > 0 {
+			log.WithField("pids", targets).Errorf("lock lost; signalling the holder and its descendants failed for %s", strings.Join(failed, ", "))
 			return
 		}
-		log.WithField("pgid", pgid).Warnf("lock lost: signalled the holder's %s", desc)
+		log.WithField("pids", targets).Warn("lock lost: signalled the holder and its descendants")
+	}
+}
+
+// descendants returns pid followed by its descendants, parents before
+// children, leaving out skip and everything below it. A process forked
+// after the walk is not included.
+func descendants(pid, skip int) []int {
+	out := []int{pid}
+	seen := map[int]bool{pid: true}
+	for i := 0; i < len(out); i++ {
+		for _, c := range procinfo.Children("", out[i]) {
+			if c != skip && !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// hasOpen reports whether process pid has a descriptor open on path. An
+// error means its descriptors could not be read (it is gone, or /proc
+// hides them).
+func hasOpen(pid int, path string) (bool, error) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range ents {
+		if target, err := os.Readlink(dir + "/" + e.Name()); err == nil && target == path {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// threadOf reports whether thread tid runs in process pid.
+func threadOf(tid, pid int) bool {
+	if tid <= 0 {
+		return false
+	}
+	_, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", pid, tid))
+	return err == nil
+}
+
+// controlPath returns the function that names a lock's control file under
+// mountpoint, as /proc/PID/fd shows a descriptor of it.
+func controlPath(mountpoint string) func(lockmgr.LockID) string {
+	return func(id lockmgr.LockID) string {
+		return filepath.Join(mountpoint, id.String())
 	}
 }

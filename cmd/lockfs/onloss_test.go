@@ -1,14 +1,21 @@
 package main
 
 import (
+	"bufio"
+	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/procinfo"
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -18,72 +25,99 @@ func quietLogger() *logrus.Logger {
 	return l
 }
 
-// waitSignalled waits for cmd to end and returns the signal that ended it.
-func waitSignalled(t *testing.T, cmd *exec.Cmd) syscall.Signal {
+// startCaller starts a script in a process group of its own that runs a
+// holder: a child shell with FILE open on descriptor 8 and a sleep of its
+// own, like `flock dir/.lock cmd` in a script. When the holder ends, the
+// script prints "survived" and lives on. It returns the script, its
+// stdout, and the holder's pid once the holder's child runs.
+func startCaller(t *testing.T, file string) (*exec.Cmd, *bufio.Reader, int) {
 	t.Helper()
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("%q was not signalled", cmd.Args)
+	cmd := exec.Command("sh", "-c", `sh -c 'exec 8<"$FILE"; sleep 100 & wait'; echo survived; exec sleep 100`)
+	cmd.Env = append(os.Environ(), "FILE="+file)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
 	}
-	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	if !ws.Signaled() {
-		return 0
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	return ws.Signal()
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+	var holder int
+	testutil.Eventually(t, "the holder and its child run", func() bool {
+		kids := procinfo.Children("", cmd.Process.Pid)
+		if len(kids) != 1 {
+			return false
+		}
+		holder = kids[0]
+		ok, _ := hasOpen(holder, file)
+		return ok && len(procinfo.Children("", holder)) == 1
+	})
+	return cmd, bufio.NewReader(out), holder
 }
 
-func TestLossHandlerSignalsProcessGroup(t *testing.T) {
-	// A holder in its own process group with a child: both get the signal.
-	cmd := exec.Command("sh", "-c", "sleep 100 & wait")
+// TestLossHandlerSignalsHolderAndDescendants: the holder and its child get
+// the signal, the script that ran the holder does not. Control: the script
+// shares the holder's process group, so the group signal lockfs sent before
+// would have ended it (it never printed "survived" then).
+func TestLossHandlerSignalsHolderAndDescendants(t *testing.T) {
+	file := filepath.Join(t.TempDir(), ".lock")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	caller, out, holder := startCaller(t, file)
+	if g1, _ := unix.Getpgid(caller.Process.Pid); g1 != caller.Process.Pid {
+		t.Fatalf("the script is not its group's leader")
+	} else if g2, _ := unix.Getpgid(holder); g2 != g1 {
+		t.Fatalf("the holder is not in the script's process group (%d, %d): no control", g2, g1)
+	}
+	sleeper := procinfo.Children("", holder)[0]
+	id := lockmgr.LockID{Path: ".", Kind: lockmgr.KindDir}
+	hold := func(pid int) lockmgr.LostHold {
+		return lockmgr.LostHold{Lock: id, Holder: lockmgr.Holder{Process: lockmgr.ProcID{PID: pid}, Mode: lockmgr.Exclusive}, Err: lockmgr.ErrLeaseLost}
+	}
+	at := func(lockmgr.LockID) string { return file }
+
+	// The script holds no descriptor of the lock: naming it as the holder
+	// (as the engine does once the process that took a lock died) signals
+	// nobody; nor does --on-lease-loss none. Had either signalled the
+	// script, it would not print "survived" below: kill(2) has made the
+	// signal pending by the time it returns.
+	lossHandler(syscall.SIGTERM, at, quietLogger())(hold(caller.Process.Pid))
+	lossHandler(0, at, quietLogger())(hold(holder))
+
+	lossHandler(syscall.SIGUSR1, at, quietLogger())(hold(holder))
+	line, err := out.ReadString('\n')
+	if err != nil || line != "survived\n" {
+		t.Fatalf("the script after its holder was signalled: %q, %v; want \"survived\"", line, err)
+	}
+	testutil.Eventually(t, "the holder's child is gone", func() bool { return syscall.Kill(sleeper, 0) == syscall.ESRCH || procStateZ(sleeper) })
+}
+
+// procStateZ reports whether pid is a zombie.
+func procStateZ(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && b[i+2] == 'Z'
+}
+
+func TestDescendants(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 100 & sleep 100 & wait")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	defer func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }()
 	pid := cmd.Process.Pid
-	defer syscall.Kill(-pid, syscall.SIGKILL)
-	lossHandler(syscall.SIGUSR1, quietLogger())(lockmgr.LostHold{
-		Lock:   lockmgr.LockID{Path: "a", Kind: lockmgr.KindDir},
-		Holder: lockmgr.Holder{Process: lockmgr.ProcID{PID: pid}, Mode: lockmgr.Exclusive},
-		Err:    lockmgr.ErrLeaseLost,
-	})
-	if sig := waitSignalled(t, cmd); sig != syscall.SIGUSR1 {
-		t.Errorf("holder ended by %v, want SIGUSR1", sig)
+	testutil.Eventually(t, "two children", func() bool { return len(procinfo.Children("", pid)) == 2 })
+	if got := descendants(pid, 0); len(got) != 3 || got[0] != pid {
+		t.Errorf("descendants = %v, want the shell and its two sleeps", got)
 	}
-	// The group's other member got it too: the group empties (once the
-	// orphaned sleep is reaped by init, which may take a moment).
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(-pid, 0) != syscall.ESRCH {
-		if time.Now().After(deadline) {
-			t.Fatalf("process group %d still has members after the signal", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func TestLossHandlerSparesOwnGroupAndNone(t *testing.T) {
-	// A holder in our own process group: only the holder is signalled (the
-	// test process survives to check it).
-	cmd := exec.Command("sleep", "100")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	hold := lockmgr.LostHold{Holder: lockmgr.Holder{Process: lockmgr.ProcID{PID: cmd.Process.Pid}}}
-
-	// Control: "none" sends nothing.
-	lossHandler(0, quietLogger())(hold)
-	time.Sleep(100 * time.Millisecond)
-	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
-		t.Fatalf("--on-lease-loss none: the holder died anyway: %v", err)
-	}
-
-	lossHandler(syscall.SIGTERM, quietLogger())(hold)
-	if sig := waitSignalled(t, cmd); sig != syscall.SIGTERM {
-		t.Errorf("holder ended by %v, want SIGTERM", sig)
+	kid := procinfo.Children("", pid)[0]
+	if got := descendants(pid, kid); len(got) != 2 {
+		t.Errorf("descendants skipping %d = %v, want two", kid, got)
 	}
 }

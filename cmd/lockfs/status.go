@@ -27,7 +27,7 @@ reported on stderr, the others are still shown, and the exit status is 1.`
 
 const breakLong = `Forcibly end the lock of the directory PATH (inside a lockfs mount). Root
 only. Its holders are treated as on lease loss: their lock calls fail with
-EIO, their process group gets the mount's --on-lease-loss signal, status
+EIO, they and their descendants get the mount's --on-lease-loss signal, status
 shows the hold as broken, and waiters proceed. With the gcs backend the
 lease is given back, so other hosts see the lock free. The daemon logs an
 audit line naming who broke what.`
