@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +22,13 @@ import (
 )
 
 func newServer(t *testing.T) (*lockmgr.Engine, string, chan lockmgr.LostHold) {
+	t.Helper()
+	e, sock, lost, _ := newServerSrc(t)
+	return e, sock, lost
+}
+
+// newServerSrc is newServer, also returning the engine's SOURCE.
+func newServerSrc(t *testing.T) (*lockmgr.Engine, string, chan lockmgr.LostHold, string) {
 	t.Helper()
 	// Registered first, so that it checks after the server and the
 	// engine are closed below.
@@ -57,7 +66,62 @@ func newServer(t *testing.T) (*lockmgr.Engine, string, chan lockmgr.LostHold) {
 		s.Close()
 		e.Close()
 	})
-	return e, sock, lost
+	return e, sock, lost, src
+}
+
+// TestStatusShowsWaiterBlockedOutside: a request waiting for a lock that a
+// program holds on SOURCE directly is listed, with who blocks it. Before,
+// the lock did not appear in the status at all.
+func TestStatusShowsWaiterBlockedOutside(t *testing.T) {
+	testutil.RequireTools(t, "flock")
+	e, sock, _, src := newServerSrc(t)
+	hold := exec.Command("flock", "-x", filepath.Join(src, "c", "..LOCK"), "-c", "echo locked; exec sleep 60")
+	hold.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out, err := hold.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { syscall.Kill(-hold.Process.Pid, syscall.SIGKILL); hold.Wait() }()
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "locked\n" {
+		t.Fatalf("flock said %q", line)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	owner := lockmgr.Owner{Class: lockmgr.OwnerFile, ID: 9}
+	c := lockmgr.LockID{Path: "c", Kind: lockmgr.KindDir}
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(ctx, lockmgr.Request{Lock: c, Mode: lockmgr.Exclusive, Owner: owner, TID: unix.Gettid(), Wait: true})
+		done <- err
+	}()
+	var waiter Waiter
+	testutil.Eventually(t, "the waiter to show in status", func() bool {
+		r, err := Call(ctx, sock, Request{Op: "status", Path: "c"})
+		if err != nil || len(r.Locks) != 1 || len(r.Locks[0].Waiters) != 1 {
+			return false
+		}
+		waiter = r.Locks[0].Waiters[0]
+		return true
+	})
+	if waiter.Blocker != "another process or daemon on this host (backing file)" || waiter.Mode != "exclusive" || waiter.PID != os.Getpid() {
+		t.Errorf("waiter %+v", waiter)
+	}
+	// Control: it waits until the outside holder goes, then holds.
+	select {
+	case err := <-done:
+		t.Fatalf("granted while the backing file is flocked: %v", err)
+	default:
+	}
+	syscall.Kill(-hold.Process.Pid, syscall.SIGKILL)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Release(ctx, c, owner); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestStatusAndBreak(t *testing.T) {

@@ -150,7 +150,7 @@ func (e *Engine) Snapshot() []LockStatus {
 	e.mu.Lock()
 	out := make([]LockStatus, 0, len(e.locks))
 	for _, ls := range e.locks {
-		if len(ls.holds) == 0 && len(ls.queue) == 0 {
+		if len(ls.holds) == 0 && len(ls.queue) == 0 && len(ls.outside) == 0 {
 			continue
 		}
 		out = append(out, e.statusLocked(ls))
