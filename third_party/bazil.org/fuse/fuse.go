@@ -1201,6 +1201,18 @@ func (c *Conn) ReadRequest() (Request, error) {
 			LockFlags: LockFlags(in.LkFlags),
 		}
 
+	case opLSeek:
+		in := (*lseekIn)(m.data())
+		if m.len() < unsafe.Sizeof(*in) {
+			goto corrupt
+		}
+		req = &LseekRequest{
+			Header: m.Header(),
+			Handle: HandleID(in.Fh),
+			Offset: int64(in.Offset),
+			Whence: int(in.Whence),
+		}
+
 	case opFAllocate:
 		in := (*fAllocateIn)(m.data())
 		if m.len() < unsafe.Sizeof(*in) {
@@ -2861,5 +2873,35 @@ func (r *FAllocateRequest) String() string {
 // Respond replies to the request, indicating that the FAllocate succeeded.
 func (r *FAllocateRequest) Respond() {
 	buf := newBuffer(0)
+	r.respond(buf)
+}
+
+// An LseekRequest asks where the next data or hole of an open file is,
+// from Offset: Whence is SEEK_DATA or SEEK_HOLE (the kernel answers the
+// other whences itself). Answering ENOSYS tells the kernel to treat the
+// whole file as data from then on.
+type LseekRequest struct {
+	Header
+	Handle HandleID
+	Offset int64
+	Whence int
+}
+
+var _ Request = (*LseekRequest)(nil)
+
+func (r *LseekRequest) String() string {
+	return fmt.Sprintf("Lseek [%s] %v @%d whence=%d", &r.Header, r.Handle, r.Offset, r.Whence)
+}
+
+// An LseekResponse is the response to an LseekRequest.
+type LseekResponse struct {
+	Offset int64
+}
+
+// Respond replies to the request with the offset found.
+func (r *LseekRequest) Respond(resp *LseekResponse) {
+	buf := newBuffer(unsafe.Sizeof(lseekOut{}))
+	out := (*lseekOut)(buf.alloc(unsafe.Sizeof(lseekOut{})))
+	out.Offset = uint64(resp.Offset)
 	r.respond(buf)
 }

@@ -1083,6 +1083,18 @@ func (fl FAllocateFlags) String() string {
 	return flagString(uint64(fl), fAllocateFlagsNames)
 }
 
+// lseekIn and lseekOut are FUSE_LSEEK's (protocol 7.24).
+type lseekIn struct {
+	Fh     uint64
+	Offset uint64
+	Whence uint32
+	_      uint32
+}
+
+type lseekOut struct {
+	Offset uint64
+}
+
 type fAllocateIn struct {
 	Fh     uint64
 	Offset uint64

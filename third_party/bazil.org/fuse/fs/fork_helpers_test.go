@@ -21,6 +21,8 @@ import (
 // record every read and write request's size.
 type recFS struct {
 	file *recFile
+	// node, if set, is served as "f" instead of file.
+	node fs.Node
 }
 
 func (r *recFS) Root() (fs.Node, error) { return recDir{r}, nil }
@@ -34,6 +36,9 @@ func (d recDir) Attr(ctx context.Context, a *fuse.Attr) error {
 }
 
 func (d recDir) Lookup(ctx context.Context, name string) (fs.Node, error) {
+	if name == "f" && d.fs.node != nil {
+		return d.fs.node, nil
+	}
 	if name == "f" {
 		return d.fs.file, nil
 	}

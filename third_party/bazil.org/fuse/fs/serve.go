@@ -406,6 +406,12 @@ type HandlePOSIXLocker interface {
 	HandleFlusher
 }
 
+// HandleLseeker answers lseek(2) with SEEK_DATA or SEEK_HOLE; without
+// it the kernel sees the whole file as data.
+type HandleLseeker interface {
+	Lseek(ctx context.Context, req *fuse.LseekRequest, resp *fuse.LseekResponse) error
+}
+
 type HandleFAllocater interface {
 	// FAllocate manipulates space reserved for the file.
 	//
@@ -1694,6 +1700,23 @@ func (c *Server) handleRequest(ctx context.Context, node Node, snode *serveNode,
 		}
 		done(nil)
 		r.Respond()
+		return nil
+
+	case *fuse.LseekRequest:
+		shandle := c.getHandle(r.Handle)
+		if shandle == nil {
+			return syscall.ESTALE
+		}
+		h, ok := shandle.handle.(HandleLseeker)
+		if !ok {
+			return syscall.ENOSYS
+		}
+		s := &fuse.LseekResponse{}
+		if err := h.Lseek(ctx, r, s); err != nil {
+			return err
+		}
+		done(s)
+		r.Respond(s)
 		return nil
 
 		/*	case *FsyncdirRequest:
