@@ -30,3 +30,27 @@ func TestShrinkMessage(t *testing.T) {
 	}
 	putMessage(m)
 }
+
+// TestConnSpareBuffers: a connection's read buffers come back to it, not
+// to the pool that every garbage collection empties.
+func TestConnSpareBuffers(t *testing.T) {
+	c := &Conn{}
+	m := getMessage(c)
+	putMessage(m)
+	if len(c.spare) != 1 {
+		t.Fatalf("%d spare buffers after one read, want 1", len(c.spare))
+	}
+	if again := getMessage(c); again != m {
+		t.Error("the next read did not reuse the spare buffer")
+	}
+	var held []*message
+	for i := 0; i < maxSpare+3; i++ {
+		held = append(held, getMessage(c))
+	}
+	for _, m := range held {
+		putMessage(m)
+	}
+	if len(c.spare) != maxSpare {
+		t.Errorf("%d spare buffers, want at most %d", len(c.spare), maxSpare)
+	}
+}

@@ -123,7 +123,19 @@ type Conn struct {
 	proto Protocol
 	// Feature flags negotiated with initRequest/initResponse.
 	flags InitFlags
+
+	// spare holds read buffers (bufSize) for ReadRequest to reuse. Unlike
+	// reqPool's, a garbage collection does not empty it, and it is not per
+	// P: with 1 MiB buffers, a pool miss (after each GC, or when the reader
+	// moved to another P) allocated and zeroed a megabyte per request,
+	// which made the garbage collector run every few requests.
+	spareMu sync.Mutex
+	spare   []*message // GUARDED_BY(spareMu)
 }
+
+// maxSpare bounds Conn.spare: the reader needs one buffer, and each write
+// request being served holds one.
+const maxSpare = 8
 
 // MountpointDoesNotExistError is an error returned when the
 // mountpoint does not exist.
@@ -475,18 +487,41 @@ func shrinkMessage(m *message, n int) *message {
 }
 
 func getMessage(c *Conn) *message {
-	m := reqPool.Get().(*message)
+	var m *message
+	if c != nil {
+		c.spareMu.Lock()
+		if n := len(c.spare); n > 0 {
+			m = c.spare[n-1]
+			c.spare = c.spare[:n-1]
+		}
+		c.spareMu.Unlock()
+	}
+	if m == nil {
+		m = reqPool.Get().(*message)
+	}
 	m.conn = c
 	return m
 }
 
 func putMessage(m *message) {
+	c := m.conn
 	m.buf = m.buf[:cap(m.buf)]
 	m.conn = nil
 	m.off = 0
 	if cap(m.buf) < bufSize {
 		smallPool.Put(m)
 		return
+	}
+	if c != nil {
+		c.spareMu.Lock()
+		keep := len(c.spare) < maxSpare
+		if keep {
+			c.spare = append(c.spare, m)
+		}
+		c.spareMu.Unlock()
+		if keep {
+			return
+		}
 	}
 	reqPool.Put(m)
 }
