@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -24,18 +23,6 @@ var (
 	// errNotMounted: nothing is mounted there.
 	errNotMounted = errors.New("not mounted")
 )
-
-// checkFUSE reports a missing fusermount3 or /dev/fuse, saying what to do.
-func checkFUSE() error {
-	if _, err := exec.LookPath("fusermount3"); err != nil {
-		return fmt.Errorf("fusermount3 not found in $PATH: %s", installFUSE)
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		return fmt.Errorf("/dev/fuse is missing (%v): load the fuse module with `modprobe fuse`, "+
-			"or in a container pass --device /dev/fuse", err)
-	}
-	return nil
-}
 
 // fusermount unmounts mountpoint with fusermount3 -u, or -uz when lazy (a
 // lazy unmount detaches the mount now; it goes away when the last file open

@@ -7,6 +7,7 @@
 //	lockfs unmount MOUNTPOINT                unmount, lazily if busy
 //	lockfs status [--json] [PATH...]         who holds and waits for which lock (all mounts)
 //	lockfs break [--kind K] PATH             forcibly end a lock (root only)
+//	lockfs doctor [flags] [SOURCE MOUNTPOINT] check what a mount needs, with fixes
 //	lockfs version                           print the version
 //
 // The command line is built with cobra and pflag (GNU flags, help for every
@@ -121,6 +122,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newStatusCmd(),
 		newBreakCmd(),
 		newLockCmd(),
+		newDoctorCmd(),
 		newVersionCmd(),
 		newManCmd(),
 	)

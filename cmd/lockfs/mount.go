@@ -158,10 +158,17 @@ func runMount(mf mountFlags, source, mountpoint string, stderr io.Writer) error 
 	if err := checkFUSE(); err != nil {
 		return err
 	}
+	if err := checkAllowOther(mf.allowOther); err != nil {
+		return err
+	}
+	if err := checkAdminDir(mf.adminDir); err != nil {
+		return err
+	}
 	paths, err := preparePaths(source, mountpoint, mf.allowRemote, log)
 	if err != nil {
 		return err
 	}
+	warnNonEmpty(paths.mountpoint, log)
 
 	// Signals from here on: a Ctrl-C during startup must still unmount.
 	sigs := make(chan os.Signal, 8)

@@ -38,6 +38,13 @@ func preparePaths(source, mountpoint string, allowRemote bool, log logrus.FieldL
 	if err := cleanStaleMount(mountpoint, log); err != nil {
 		return mountPaths{}, err
 	}
+	return checkPaths(src, mountpoint, allowRemote, log)
+}
+
+// checkPaths checks MOUNTPOINT against SOURCE (src, already resolved by
+// existingDir) and SOURCE's filesystem; it changes nothing, so that lockfs
+// doctor can run it too.
+func checkPaths(src, mountpoint string, allowRemote bool, log logrus.FieldLogger) (mountPaths, error) {
 	mnt, err := existingDir("MOUNTPOINT", mountpoint)
 	if err != nil {
 		return mountPaths{}, err
