@@ -114,8 +114,21 @@ func otherUser(t *testing.T, m *ptMount, uid uint32) (goRun func() (int, string)
 	}
 }
 
-func fdcapTree(t *testing.T, m *ptMount) {
+// fdcapScenario mounts a fresh SOURCE with the per-uid cap max (0: none),
+// lowers the daemon's descriptor limit to 256, lets uid 65534 open files
+// until an error (the hog), and then has uid 65533 use the mount. It
+// returns what the hog got and how the other user fared.
+func fdcapScenario(t *testing.T, max int) (hogGot string, code int, out string) {
 	t.Helper()
+	testutil.RequireRoot(t, "to run processes as two other users")
+	testutil.RequireTools(t, "python3")
+	src, mnt := t.TempDir(), t.TempDir()
+	for _, d := range []string{src, mnt, filepath.Dir(src)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := newPTMountAt(t, src, mnt, func(c *Config) { c.MaxOpenPerUID = max })
 	for _, f := range []string{"f", "g"} {
 		if err := os.WriteFile(m.s(f), []byte("data\n"), 0o644); err != nil {
 			t.Fatal(err)
@@ -127,6 +140,11 @@ func fdcapTree(t *testing.T, m *ptMount) {
 	if err := os.Symlink("g", m.s("l")); err != nil {
 		t.Fatal(err)
 	}
+	other := otherUser(t, m, 65533)
+	lowNofile(t, 256)
+	hogGot = hog(t, 65534, m.m("f"))
+	code, out = other()
+	return hogGot, code, out
 }
 
 // TestOpenCapPerUser: a user who opens files through the mount until
@@ -135,44 +153,21 @@ func fdcapTree(t *testing.T, m *ptMount) {
 // below), the first user filled the daemon's descriptor table and the
 // second user's calls failed with EMFILE too.
 func TestOpenCapPerUser(t *testing.T) {
-	testutil.RequireRoot(t, "to run processes as two other users")
-	testutil.RequireTools(t, "python3")
-	src, mnt := t.TempDir(), t.TempDir()
-	for _, d := range []string{src, mnt, filepath.Dir(src)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m := newPTMountAt(t, src, mnt, func(c *Config) { c.MaxOpenPerUID = 50 })
-	fdcapTree(t, m)
-	other := otherUser(t, m, 65533)
-	lowNofile(t, 256)
-	if got := hog(t, 65534, m.m("f")); got != "50 EMFILE" {
+	got, code, out := fdcapScenario(t, 50)
+	if got != "50 EMFILE" {
 		t.Errorf("the hog got %q, want 50 EMFILE (its cap)", got)
 	}
-	if code, out := other(); code != 0 || out != "data\n" {
+	if code != 0 || out != "data\n" {
 		t.Errorf("another user while the hog is at its cap: exit %d: %s", code, out)
 	}
 }
 
 func TestOpenCapPerUserControl(t *testing.T) {
-	testutil.RequireRoot(t, "to run processes as two other users")
-	testutil.RequireTools(t, "python3")
-	src, mnt := t.TempDir(), t.TempDir()
-	for _, d := range []string{src, mnt, filepath.Dir(src)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m := newPTMountAt(t, src, mnt) // no cap
-	fdcapTree(t, m)
-	other := otherUser(t, m, 65533)
-	lowNofile(t, 256)
-	got := hog(t, 65534, m.m("f"))
+	got, code, out := fdcapScenario(t, 0)
 	if !strings.HasSuffix(got, " EMFILE") {
 		t.Fatalf("the hog got %q, want EMFILE from the daemon's full table", got)
 	}
-	if code, out := other(); code == 0 || !strings.Contains(out, "Too many open files") {
+	if code == 0 || !strings.Contains(out, "Too many open files") {
 		t.Errorf("without a cap, another user was served although the hog filled the daemon's table (exit %d: %s)", code, out)
 	}
 }
