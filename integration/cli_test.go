@@ -183,3 +183,54 @@ func runQuiet(name string, args ...string) {
 	defer cancel()
 	command(ctx, name, args...).Run()
 }
+
+// TestMountRefusesMountpointInsideSourceViaBind: with SOURCE reached
+// through a bind mount (mount --bind S B; lockfs mount B S/inner), the
+// paths are unrelated but MOUNTPOINT lies inside SOURCE; the same for a
+// SOURCE inside MOUNTPOINT through a bind mount of MOUNTPOINT. Both are
+// refused by device and inode (before the fix the first was mounted).
+// Control: a bind mount of an unrelated directory as SOURCE mounts.
+func TestMountRefusesMountpointInsideSourceViaBind(t *testing.T) {
+	requireRoot(t)
+	require(t, "mount", "umount")
+	requireFUSE(t)
+	base := t.TempDir()
+	s, b, mnt, m2 := filepath.Join(base, "s"), filepath.Join(base, "b"), filepath.Join(base, "mnt"), filepath.Join(base, "m2")
+	for _, d := range []string{filepath.Join(s, "inner"), b, filepath.Join(mnt, "sub"), m2} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bind := func(from, to string) {
+		t.Helper()
+		if r := run(t, 10*time.Second, "mount", "--bind", from, to); r.code != 0 {
+			t.Fatalf("mount --bind %s %s: %v", from, to, r)
+		}
+		t.Cleanup(func() { runQuiet("umount", "-l", to) })
+	}
+	bind(s, b)
+	bind(mnt, m2)
+	for _, tc := range []struct {
+		name      string
+		src, mnt  string
+		want      string
+		mountedAt string
+	}{
+		{"mountpoint inside SOURCE through a bind mount of SOURCE", b, filepath.Join(s, "inner"), "inside SOURCE", filepath.Join(s, "inner")},
+		{"SOURCE inside MOUNTPOINT through a bind mount of MOUNTPOINT", filepath.Join(m2, "sub"), mnt, "inside MOUNTPOINT", mnt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := lockfs(t, 30*time.Second, "mount", tc.src, tc.mnt)
+			if r.code == 0 || r.timedOut || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("lockfs mount %s %s: want a non-zero exit and %q, got %v", tc.src, tc.mnt, tc.want, r)
+			}
+			if isMounted(tc.mountedAt) {
+				runQuiet("fusermount3", "-uz", tc.mountedAt)
+				t.Fatal("something was mounted anyway")
+			}
+		})
+	}
+	// Control: the bind mount of s as SOURCE, at a mountpoint outside it.
+	m := mount(t, withSource(b))
+	expectCode(t, "flock -n on the mount over the bind mount", flockN(t, m.path("inner/.lock")), 0)
+}

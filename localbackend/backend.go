@@ -117,6 +117,18 @@ var foreignFS = map[int64]string{
 	unix.OCFS2_SUPER_MAGIC: "ocfs2",
 }
 
+// ForeignFilesystem names the filesystem that path is on if its flock(2)
+// is not (only) this host's kernel lock table ("nfs", "cifs", "fuse",
+// "9p"...), or returns "" for a local one. New refuses such a Source
+// unless Config.AllowNetworkFS is set; callers use this to explain it first.
+func ForeignFilesystem(path string) (string, error) {
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(path, &sfs); err != nil {
+		return "", fmt.Errorf("statfs %q: %w", path, err)
+	}
+	return foreignFS[int64(sfs.Type)], nil
+}
+
 // checkSource probes openat2 and the filesystem type of SOURCE.
 func checkSource(fd int, cfg Config) error {
 	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolveSafely}

@@ -10,17 +10,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
-)
 
-// remoteFS names the filesystems, by statfs magic, whose flock(2) is not this
-// host's kernel lock table: the local backend must not keep its locks there.
-var remoteFS = map[int64]string{
-	0x6969:     "NFS",
-	0x517B:     "SMB",
-	0xFF534D42: "CIFS",
-	0xFE534D42: "SMB2",
-	0x65735546: "FUSE",
-}
+	"github.com/lockfs/lockfs/localbackend"
+)
 
 // mountPaths are SOURCE and MOUNTPOINT, absolute with symlinks resolved.
 type mountPaths struct {
@@ -49,23 +41,29 @@ func checkPaths(src, mountpoint string, allowRemote bool, log logrus.FieldLogger
 	if err != nil {
 		return mountPaths{}, err
 	}
-	if within(mnt, src) {
-		return mountPaths{}, fmt.Errorf("MOUNTPOINT %s is inside SOURCE %s (or is it): "+
+	// By device and inode, not by path: through a bind mount of SOURCE,
+	// MOUNTPOINT can lie inside it under an unrelated path.
+	if in, err := insideDir(mnt, src); err != nil {
+		return mountPaths{}, err
+	} else if in {
+		return mountPaths{}, fmt.Errorf("MOUNTPOINT %s is inside SOURCE %s (or is it, or is inside it through a bind mount): "+
 			"the mount would contain itself; choose a mountpoint outside SOURCE", mnt, src)
 	}
-	if within(src, mnt) {
-		return mountPaths{}, fmt.Errorf("SOURCE %s is inside MOUNTPOINT %s: "+
+	if in, err := insideDir(src, mnt); err != nil {
+		return mountPaths{}, err
+	} else if in {
+		return mountPaths{}, fmt.Errorf("SOURCE %s is inside MOUNTPOINT %s (or is inside it through a bind mount): "+
 			"the mount would hide its own source; choose a mountpoint outside SOURCE", src, mnt)
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(src, &st); err != nil {
-		return mountPaths{}, fmt.Errorf("statfs SOURCE %s: %w", src, err)
+	name, err := localbackend.ForeignFilesystem(src)
+	if err != nil {
+		return mountPaths{}, fmt.Errorf("SOURCE %s: %w", src, err)
 	}
-	if name, ok := remoteFS[int64(st.Type)]; ok {
+	if name != "" {
 		if !allowRemote {
-			return mountPaths{}, fmt.Errorf("SOURCE %s is on %s (statfs type %#x): its flock is not this host's "+
+			return mountPaths{}, fmt.Errorf("SOURCE %s is on %s: its flock is not this host's "+
 				"lock table, so the local backend could not keep its promises there. "+
-				"Pass --allow-remote-source if every process that locks it runs on this host", src, name, st.Type)
+				"Pass --allow-remote-source if every process that locks it runs on this host", src, strings.ToUpper(name))
 		}
 		log.WithFields(logrus.Fields{"source": src, "fstype": name}).
 			Warn("SOURCE is on a remote or FUSE filesystem (--allow-remote-source): locks are only as good as its flock")
@@ -95,6 +93,29 @@ func existingDir(what, path string) (string, error) {
 		return "", fmt.Errorf("%s %s is not a directory", what, abs)
 	}
 	return real, nil
+}
+
+// insideDir reports whether path is dir, or lies beneath it, comparing
+// devices and inodes walking up from path to the root: a bind mount of dir
+// elsewhere shows the same directory under another path. Both paths are
+// absolute with symlinks resolved.
+func insideDir(path, dir string) (bool, error) {
+	var d unix.Stat_t
+	if err := unix.Stat(dir, &d); err != nil {
+		return false, fmt.Errorf("stat %s: %w", dir, err)
+	}
+	for p := path; ; p = filepath.Dir(p) {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			return false, fmt.Errorf("stat %s: %w", p, err)
+		}
+		if st.Dev == d.Dev && st.Ino == d.Ino {
+			return true, nil
+		}
+		if p == "/" {
+			return false, nil
+		}
+	}
 }
 
 // within reports whether path is dir or lies beneath it. Both are clean
