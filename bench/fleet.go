@@ -285,15 +285,33 @@ func (r *runner) gcsSim(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.GCSSimSetup)
 	defer cancel()
 	start := time.Now()
-	var held atomic.Int64
+	var (
+		held, failed atomic.Int64
+		firstMu      sync.Mutex
+		firstErr     error
+	)
+	// A failed acquire (the backend gave up after UnavailableAfter) is
+	// counted and the rest go on: a fleet would retry it later.
 	err = parallel(sctx, n*per, 64, func(k int) error {
 		i, j := k%n, k/n // round robin over the hosts
-		if _, err := hosts[i].e.Acquire(sctx, gcsRequest(fmt.Sprintf("s%d/h%d-k%d", j%simParents, i, j), j+1, false)); err != nil {
-			return fmt.Errorf("host %d lock %d: %w", i, j, err)
+		if _, err := hosts[i].e.Acquire(sctx, gcsRequest(fmt.Sprintf("s%d/h%d-k%d", j%simParents, i, j), j+1, true)); err != nil {
+			if sctx.Err() != nil {
+				return err
+			}
+			failed.Add(1)
+			firstMu.Lock()
+			if firstErr == nil {
+				firstErr = fmt.Errorf("host %d lock %d: %w", i, j, err)
+			}
+			firstMu.Unlock()
+			return nil
 		}
 		held.Add(1)
 		return nil
 	})
+	if err == nil && firstErr != nil {
+		err = fmt.Errorf("%d acquires failed, the first: %w", failed.Load(), firstErr)
+	}
 	setup := time.Since(start)
 	r.res.set("gcs_sim_hosts", float64(n))
 	r.res.set("gcs_sim_locks", float64(n*per))

@@ -219,11 +219,7 @@ func (r *runner) noopFile() string { return filepath.Join(r.noop.dir, "f") }
 // kernelFile makes an empty file on tmpfs (/dev/shm) for the kernel
 // reference, removed at the end of the run.
 func (r *runner) kernelFile(name string) (string, error) {
-	dir := "/dev/shm"
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		dir = r.work // no /dev/shm: say so in the key's note
-	}
-	f, err := os.CreateTemp(dir, "lockfs-bench-"+name+"-")
+	f, err := os.CreateTemp(shmDir(r.work), "lockfs-bench-"+name+"-")
 	if err != nil {
 		return "", err
 	}
