@@ -160,6 +160,7 @@ func (h *controlHandle) lock(ctx context.Context, req *fuse.LockRequest, wait bo
 		TID:   call.tid,
 		UID:   call.uid,
 		Wait:  wait,
+		Ino:   h.n.inode,
 	})
 	if err != nil {
 		return c.refuse(call, err)

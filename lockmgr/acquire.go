@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 )
@@ -24,6 +23,11 @@ type Request struct {
 	UID uint32
 	// Wait: block until granted (LockWait), or fail with ErrWouldBlock.
 	Wait bool
+	// Ino is the inode number of the control file as processes see it
+	// (st_ino), or 0 if unknown. When the requesting process exits while
+	// its flock hold remains, the engine looks for the processes that
+	// still hold a descriptor of this file: the hold is theirs (heirs.go).
+	Ino uint64
 }
 
 // Grant is the answer to a successful Acquire.
@@ -223,7 +227,7 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 	if h.implicit == 0 {
 		e.dropHoldLocked(ls, h)
 	}
-	if blockers, ok, _ := e.grantableWhyLocked(ls, up, rc, nil); !ok && e.closesCycleLocked(rc.req.TID, blockers) {
+	if cycle, _ := e.closesCycleLocked(ls, up, rc, nil); !e.grantableLocked(ls, up, rc, nil) && cycle {
 		// Waiting would deadlock even without the shared hold: say so and
 		// keep the hold, rather than lose it for nothing.
 		if ls.holds[h.owner] == nil {
@@ -250,29 +254,14 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 // held on entry and on return, and dropped while waiting.
 func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 	var w *waiter
-	var selfGrace time.Time // when a wait for the thread's own hold becomes a deadlock
-	// ow is the request while it waits for the backend's claim, and ows
-	// the lock it is shown on (status).
-	var ow *waiter
-	var ows *lockState
-	defer func() {
-		if ow != nil {
-			delete(ows.outside, ow)
-		}
-	}()
+	var sw selfWait
+	// out registers the request in the lock's outside set while it waits
+	// for the backend's claim (status).
+	var out outsideWait
+	defer out.leaveLocked()
 	defer func() {
 		if w != nil {
-			ls := e.locks[s.id]
-			if ls != nil {
-				ls.removeWaiterLocked(w)
-				ls.broadcastLocked()
-			}
-			if e.waiting[rc.req.TID] == w {
-				delete(e.waiting, rc.req.TID)
-			}
-			if ls != nil {
-				e.settleLocked(ls)
-			}
+			e.leaveQueueLocked(s.id, w)
 		}
 	}()
 	for {
@@ -280,75 +269,129 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 			return ErrClosed
 		}
 		ls := e.lockLocked(s.id)
-		blockers, ok, mayPass := e.grantableWhyLocked(ls, s, rc, w)
-		if ok && !e.needsLease(s) {
-			e.addHoldLocked(ls, s, rc)
-			return nil
-		}
-		if ok {
-			need := maxMode(e.leaseModeLocked(ls), s.mode)
-			if ls.lease != nil && ls.lease.Mode() >= need && ls.lease.Err() == nil {
-				e.addHoldLocked(ls, s, rc)
-				return nil
-			}
-			if rc.req.Wait && ow == nil {
-				// A request queued before keeps its place in status
-				// (statusLocked shows it once, as waiting outside).
-				ow, ows = w, ls
-				if ow == nil {
-					ow = &waiter{step: s, rc: rc, since: e.now()}
-				}
-				if ls.outside == nil {
-					ls.outside = make(map[*waiter]struct{})
-				}
-				ls.outside[ow] = struct{}{}
-			}
-			if ls.busy {
-				if ls.busyWaits && !rc.req.Wait {
-					return ErrWouldBlock
-				}
-				if err := e.waitChangeLocked(ctx, ls, rc.req.TID, 0); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := e.claimLocked(ctx, ls, need, rc.req.Wait); err != nil {
-				e.settleLocked(ls)
+		if e.grantableLocked(ls, s, rc, w) {
+			done, err := e.takeLocked(ctx, ls, s, rc, &w, &out)
+			if err != nil || done {
 				return err
 			}
 			continue
 		}
 		if !rc.req.Wait {
+			if e.noticeExitsLocked(ctx, ls, s, rc) {
+				continue
+			}
 			return ErrWouldBlock
 		}
-		var recheck time.Duration
-		if mayPass {
-			recheck = exitRecheck
-		}
-		if e.closesCycleLocked(rc.req.TID, blockers) {
-			// A thread that waits for its own hold may be looking at a
-			// descriptor it has just closed: the kernel reports the last
-			// close of a flock'd file asynchronously. Give that release a
-			// moment before calling it a deadlock.
-			if !slices.Contains(blockers, rc.req.TID) {
-				return ErrDeadlock
-			}
-			if selfGrace.IsZero() {
-				selfGrace = time.Now().Add(selfDeadlockGrace)
-			} else if time.Now().After(selfGrace) {
-				return ErrDeadlock
-			}
-			recheck = selfDeadlockGrace / 10
+		if err := e.refuseCycleLocked(ls, s, rc, w, &sw); err != nil {
+			return err
 		}
 		if w == nil {
-			w = &waiter{step: s, rc: rc, since: e.now()}
-			ls.queue = append(ls.queue, w)
-			e.waiting[rc.req.TID] = w
+			w = e.enqueueLocked(ls, s, rc)
 		}
-		if err := e.waitChangeLocked(ctx, ls, rc.req.TID, recheck); err != nil {
+		if err := e.sleepLocked(ctx, w, &sw); err != nil {
 			return err
 		}
 	}
+}
+
+// takeLocked takes step s, which the engine's own table grants, once the
+// lease covers it: at once if it does, after another request's backend call
+// ends, or after a claim of its own. done reports that the hold is
+// recorded; otherwise the caller looks again. *w, rc's queue entry, leaves
+// the queue on the grant.
+func (e *Engine) takeLocked(ctx context.Context, ls *lockState, s step, rc *reqCtx, w **waiter, out *outsideWait) (done bool, err error) {
+	need := maxMode(e.leaseModeLocked(ls), s.mode)
+	if !e.needsLease(s) || (ls.lease != nil && ls.lease.Mode() >= need && ls.lease.Err() == nil) {
+		if *w != nil {
+			e.dequeueLocked(ls, *w)
+			*w = nil
+		}
+		e.addHoldLocked(ls, s, rc)
+		return true, nil
+	}
+	if rc.req.Wait {
+		out.enterLocked(e, ls, s, rc, *w)
+	}
+	if ls.busy {
+		if ls.busyWaits && !rc.req.Wait {
+			return false, ErrWouldBlock
+		}
+		return false, e.waitChangeLocked(ctx, ls, rc.req.TID)
+	}
+	if err := e.claimLocked(ctx, ls, need, rc.req.Wait); err != nil {
+		e.settleLocked(ls)
+		return false, err
+	}
+	return false, nil
+}
+
+// outsideWait is a request's entry in a lock's outside set (lockState.
+// outside) while it waits for the backend's claim.
+type outsideWait struct {
+	w  *waiter
+	ls *lockState
+}
+
+// enterLocked registers the request once. A request already queued keeps
+// its queue entry (status shows it once, as waiting outside).
+func (o *outsideWait) enterLocked(e *Engine, ls *lockState, s step, rc *reqCtx, w *waiter) {
+	if o.w != nil {
+		return
+	}
+	o.w, o.ls = w, ls
+	if o.w == nil {
+		o.w = &waiter{step: s, rc: rc, since: e.now()}
+	}
+	if ls.outside == nil {
+		ls.outside = make(map[*waiter]struct{})
+	}
+	ls.outside[o.w] = struct{}{}
+}
+
+// leaveLocked undoes enterLocked.
+func (o *outsideWait) leaveLocked() {
+	if o.w != nil {
+		delete(o.ls.outside, o.w)
+	}
+}
+
+// selfWait is the grace of a thread that waits for its own hold.
+type selfWait struct {
+	timer <-chan time.Time // running while the thread waits for itself
+	over  bool             // the timer has fired
+}
+
+// refuseCycleLocked returns ErrDeadlock if the wait of step s would close
+// a cycle of waits. A thread that waits for its own hold may be looking at
+// a descriptor it has just closed: the kernel reports the last close of a
+// flock'd file asynchronously. Such a wait gets selfDeadlockGrace (on the
+// injected clock) for that release to arrive before it is refused.
+func (e *Engine) refuseCycleLocked(ls *lockState, s step, rc *reqCtx, w *waiter, sw *selfWait) error {
+	cycle, self := e.closesCycleLocked(ls, s, rc, w)
+	switch {
+	case !cycle:
+		*sw = selfWait{}
+		return nil
+	case !self || sw.over:
+		return ErrDeadlock
+	case sw.timer == nil:
+		sw.timer = e.after(selfDeadlockGrace)
+	}
+	return nil
+}
+
+// leaveQueueLocked takes w out of the queue of lock id after its request
+// failed or was cancelled, and settles the lock.
+func (e *Engine) leaveQueueLocked(id LockID, w *waiter) {
+	ls := e.locks[id]
+	if ls == nil {
+		if e.waiting[w.rc.req.TID] == w {
+			delete(e.waiting, w.rc.req.TID)
+		}
+		return
+	}
+	e.dequeueLocked(ls, w)
+	e.settleLocked(ls)
 }
 
 // selfDeadlockGrace is how long a thread that waits for its own hold
@@ -356,29 +399,49 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 // deadlock: the release of a closed flock descriptor arrives after close().
 const selfDeadlockGrace = 250 * time.Millisecond
 
-// exitRecheck is how often a waiter looks again when a blocking hold may
-// pass to its own lineage on a process exit that no request announces.
-const exitRecheck = 100 * time.Millisecond
+// parking is what a sleeping request waits on: its queue entry's wake
+// channel or a lock's changed channel, and the self-wait grace's timer.
+type parking struct {
+	ch    chan struct{}
+	timer <-chan time.Time
+}
 
-// waitChangeLocked drops mu until ls changes, ctx ends or recheck (if not
-// 0) has passed. tid, if not 0, is recorded as parked meanwhile.
-func (e *Engine) waitChangeLocked(ctx context.Context, ls *lockState, tid int, recheck time.Duration) error {
+// sleepLocked drops mu until w is woken, the self-wait grace runs out or
+// ctx ends.
+func (e *Engine) sleepLocked(ctx context.Context, w *waiter, sw *selfWait) error {
+	tid := w.rc.req.TID
+	var timer <-chan time.Time
+	if !sw.over {
+		timer = sw.timer
+	}
+	e.parked[tid] = parking{ch: w.wake, timer: timer}
+	e.mu.Unlock()
+	var err error
+	select {
+	case <-w.wake:
+	case <-timer:
+		sw.over = true
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	e.mu.Lock()
+	w.signalled = false
+	delete(e.parked, tid)
+	return err
+}
+
+// waitChangeLocked drops mu until ls changes or ctx ends. tid, if not 0,
+// is recorded as parked meanwhile.
+func (e *Engine) waitChangeLocked(ctx context.Context, ls *lockState, tid int) error {
 	ch := ls.changedLocked()
 	if tid != 0 {
-		e.parked[tid] = ch
+		e.parked[tid] = parking{ch: ch}
 		defer delete(e.parked, tid)
 	}
 	e.mu.Unlock()
-	var timeout <-chan time.Time
-	if recheck > 0 {
-		t := time.NewTimer(recheck)
-		defer t.Stop()
-		timeout = t.C
-	}
 	var err error
 	select {
 	case <-ch:
-	case <-timeout:
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
@@ -438,11 +501,14 @@ func (e *Engine) claimLocked(ctx context.Context, ls *lockState, need Mode, wait
 	return err
 }
 
-// addHoldLocked records a granted step.
+// addHoldLocked records a granted step. A hold only adds conflicts, so it
+// wakes no waiter, except those that descend from its process: they may
+// now jump the queue (privilegedLocked).
 func (e *Engine) addHoldLocked(ls *lockState, s step, rc *reqCtx) {
 	h := ls.holds[rc.req.Owner]
 	if h == nil {
-		h = &hold{owner: rc.req.Owner, lineage: rc.lineage, tid: rc.req.TID, uid: rc.req.UID, since: e.now()}
+		h = &hold{owner: rc.req.Owner, id: ls.id, tid: rc.req.TID, uid: rc.req.UID, since: e.now(), ino: rc.req.Ino}
+		e.setTakerLocked(h, rc.lineage)
 		ls.insert(h)
 	}
 	if s.explicit {
@@ -450,20 +516,30 @@ func (e *Engine) addHoldLocked(ls *lockState, s step, rc *reqCtx) {
 			h.since = e.now()
 		}
 		ls.change(h, func() { h.explicit = s.mode })
+		if rc.lineage.Self() != h.lineage.Self() || len(h.heirs) > 0 || h.scanned {
+			e.setTakerLocked(h, rc.lineage)
+		}
 		h.lineage, h.tid, h.uid = rc.lineage, rc.req.TID, rc.req.UID
+		if rc.req.Ino != 0 {
+			h.ino = rc.req.Ino
+		}
 		if s.id.Kind == KindUsage {
 			e.usage[h] = struct{}{}
 		}
 	} else {
 		ls.change(h, func() { h.implicit++ })
 	}
-	ls.broadcastLocked()
+	ls.notifyLocked()
+	if p := rc.lineage.Self(); p != (ProcID{}) {
+		ls.wakeUnderLocked(p)
+	}
 }
 
 // dropHoldLocked removes h from the table.
 func (e *Engine) dropHoldLocked(ls *lockState, h *hold) {
 	ls.remove(h)
 	delete(e.usage, h)
+	e.untrackAllLocked(h)
 }
 
 // rollbackLocked undoes the implicit steps of a request that failed.

@@ -37,7 +37,9 @@
 // explicit holds of one control file taken by one process conflict, as two
 // open file descriptions do in the kernel (see exemptLocked). When the
 // process that took a hold has exited while its descriptor lives on, the
-// hold belongs to the nearest living ancestor; never to init.
+// hold belongs to the processes that still hold that open file description
+// (heirs.go); never to the dead process's parent for being its parent.
+// Exits are watched (ProcessWatcher), not polled.
 //
 // # Waiting, fairness and deadlock
 //
@@ -46,7 +48,9 @@
 // conflicts with its own, so shared waiters behind shared waiters go
 // together and an exclusive waiter is never overtaken by later shared
 // requests. A request whose own lineage already holds the lock does not
-// queue (its parent may be the very holder the queue waits for).
+// queue (its parent may be the very holder the queue waits for). Each
+// waiter sleeps on its own channel and a change wakes only the waiters it
+// may let in (queue.go), so a release costs O(1) however long the queue.
 //
 // Threads are the nodes of the wait-for graph: a waiting thread waits for
 // the threads that took the conflicting holds and for the earlier waiters
@@ -87,10 +91,13 @@
 // # Locking
 //
 // Engine.mu guards the whole table. It is never held across a backend
-// call: a step that needs the backend marks the lock busy, drops mu, calls
-// out, and takes mu again; others wait for the lock's changed channel,
-// which is closed and replaced on every change. Waiters therefore never
-// hold mu while they sleep.
+// call or a /proc read: a step that needs the backend marks the lock busy,
+// drops mu, calls out, and takes mu again; others wait for the lock's
+// changed channel, which is closed and replaced on every change. Lineages
+// are read before mu is taken, exits arrive from watches, and the scans
+// for a dead holder's heirs drop mu. Snapshot copies the table under mu
+// and asks leases for their descriptions after. Waiters never hold mu while
+// they sleep.
 //
 // # Errors
 //

@@ -32,6 +32,10 @@ type Config struct {
 	Now func() time.Time
 	// Observer, if set, is told about every request and lost hold.
 	Observer Observer
+	// After is the clock of the self-deadlock grace (selfDeadlockGrace):
+	// it returns a channel that receives once d has passed. Default:
+	// time.After. Tests inject a clock they advance by hand.
+	After func(d time.Duration) <-chan time.Time
 }
 
 // Validate checks the required fields.
@@ -57,12 +61,17 @@ type LostHold struct {
 // It is safe for concurrent use.
 //
 // LOCK ORDERING: Engine.mu is the only mutex. It is never held across a
-// Backend or Lease call, a /proc read that can block for long, or a wait:
-// waiters wait on the per-lock changed channel.
+// Backend call that can wait (Claim, Convert, Release, NextToken), a /proc
+// read, or a wait: queued waiters sleep on their own channel, others on the
+// per-lock changed channel. Under mu the engine only asks leases for their
+// Mode and Err, which answer from memory.
 type Engine struct {
 	// Dependencies
 	backend Backend
 	procs   ProcessTree
+	// watcher is procs if it can watch exits (ProcessWatcher), else nil.
+	watcher ProcessWatcher
+	after   func(time.Duration) <-chan time.Time
 	log     logrus.FieldLogger
 	onLoss  func(LostHold)
 	now     func() time.Time
@@ -82,13 +91,19 @@ type Engine struct {
 	// waiting maps a thread id to the step it is queued for, for deadlock
 	// detection. A thread waits for one thing at a time. GUARDED_BY(mu)
 	waiting map[int]*waiter
-	// parked maps a thread id to the change channel it sleeps on while it
-	// waits; a waiter is quiescent while that channel is still its lock's
-	// current one. Tests use it to know when the engine has settled.
-	// GUARDED_BY(mu)
-	parked map[int]chan struct{}
+	// parked maps a thread id to what it sleeps on while it waits; a
+	// waiter is quiescent while nothing it sleeps on has fired. Tests use
+	// it to know when the engine has settled. GUARDED_BY(mu)
+	parked map[int]parking
 	// usage indexes the explicit usage holds, for the usage rule. GUARDED_BY(mu)
 	usage map[*hold]struct{}
+	// watches has one exit watch per process that a hold depends on
+	// (heirs.go). GUARDED_BY(mu)
+	watches map[ProcID]*procWatch
+	// exitWork counts exits being handled (mu may be dropped meanwhile
+	// for a /proc scan), so that tests know when the engine has settled.
+	// GUARDED_BY(mu)
+	exitWork int
 	// closed: no new locks are taken. GUARDED_BY(mu)
 	closed bool
 
@@ -113,9 +128,17 @@ func New(cfg Config) (*Engine, error) {
 		host:    cfg.Host,
 		locks:   make(map[LockID]*lockState),
 		waiting: make(map[int]*waiter),
-		parked:  make(map[int]chan struct{}),
+		parked:  make(map[int]parking),
 		usage:   make(map[*hold]struct{}),
+		watches: make(map[ProcID]*procWatch),
 		closing: make(chan struct{}),
+		after:   cfg.After,
+	}
+	if w, ok := cfg.Processes.(ProcessWatcher); ok {
+		e.watcher = w
+	}
+	if e.after == nil {
+		e.after = time.After
 	}
 	if hb, ok := cfg.Backend.(HierarchicalBackend); ok {
 		e.hier = hb.ClaimsHierarchy()
@@ -150,7 +173,7 @@ func (e *Engine) Close() error {
 	close(e.closing)
 	e.cancel()
 	for _, ls := range e.locks {
-		ls.broadcastLocked()
+		ls.wakeAllLocked()
 	}
 	e.mu.Unlock()
 	e.wg.Wait()

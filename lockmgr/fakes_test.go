@@ -3,18 +3,35 @@ package lockmgr
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 )
 
 // fakeTree is a process tree for tests: thread id == pid, start time 1.
+// It watches exits (ProcessWatcher) and keeps a table of which processes
+// hold a descriptor of which open file description.
 type fakeTree struct {
 	mu     sync.Mutex
 	parent map[int]int
 	dead   map[int]bool
+	// exited has a channel per pid, closed when it exits.
+	exited map[int]chan struct{}
+	// fds maps an open file description (ino, description id) to the
+	// processes that hold a descriptor of it.
+	fds map[fakeDesc]map[int]bool
 }
 
+// fakeDesc names an open file description: the file's inode and an id.
+type fakeDesc struct {
+	ino uint64
+	id  uint64
+}
+
+var _ ProcessWatcher = (*fakeTree)(nil)
+
 func newFakeTree() *fakeTree {
-	return &fakeTree{parent: map[int]int{1: 0}, dead: map[int]bool{}}
+	return &fakeTree{parent: map[int]int{1: 0}, dead: map[int]bool{}, exited: map[int]chan struct{}{},
+		fds: map[fakeDesc]map[int]bool{}}
 }
 
 func (t *fakeTree) add(pid, parent int) {
@@ -22,12 +39,84 @@ func (t *fakeTree) add(pid, parent int) {
 	defer t.mu.Unlock()
 	t.parent[pid] = parent
 	delete(t.dead, pid)
+	t.exited[pid] = make(chan struct{})
 }
 
+// exit kills pid: it holds no descriptor any more.
 func (t *fakeTree) exit(pid int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.dead[pid] {
+		return
+	}
 	t.dead[pid] = true
+	if ch := t.exited[pid]; ch != nil {
+		close(ch)
+	}
+	for _, holders := range t.fds {
+		delete(holders, pid)
+	}
+}
+
+// isDead reports whether pid has exited.
+func (t *fakeTree) isDead(pid int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.dead[pid]
+}
+
+// open records that pid holds a descriptor of description d.
+func (t *fakeTree) open(pid int, d fakeDesc) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.fds[d] == nil {
+		t.fds[d] = map[int]bool{}
+	}
+	t.fds[d][pid] = true
+}
+
+// close records that pid holds no descriptor of d any more.
+func (t *fakeTree) close(pid int, d fakeDesc) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.fds[d], pid)
+}
+
+func (t *fakeTree) WaitExit(ctx context.Context, p ProcID) error {
+	t.mu.Lock()
+	ch := t.exited[p.PID]
+	t.mu.Unlock()
+	if ch == nil || p.Start != 1 {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (t *fakeTree) Descriptors(ino uint64) ([][]ProcID, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ds []fakeDesc
+	for d, holders := range t.fds {
+		if d.ino == ino && len(holders) > 0 {
+			ds = append(ds, d)
+		}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i].id < ds[j].id })
+	var out [][]ProcID
+	for _, d := range ds {
+		var g []ProcID
+		for pid := range t.fds[d] {
+			g = append(g, ProcID{PID: pid, Start: 1})
+		}
+		sort.Slice(g, func(i, j int) bool { return g[i].PID < g[j].PID })
+		out = append(out, g)
+	}
+	return out, nil
 }
 
 func (t *fakeTree) Lineage(tid int) (Lineage, error) {

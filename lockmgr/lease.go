@@ -135,7 +135,7 @@ func (e *Engine) Break(ctx context.Context, id LockID) error {
 		return fmt.Errorf("break %s: %w", id, ErrNotHeld)
 	}
 	for ls.busy {
-		if err := e.waitChangeLocked(ctx, ls, 0, 0); err != nil {
+		if err := e.waitChangeLocked(ctx, ls, 0); err != nil {
 			return fmt.Errorf("break %s: %w", id, err)
 		}
 	}

@@ -6,28 +6,46 @@ import "fmt"
 //
 // A lock belongs to the process that took it. If that process has exited
 // while the lock is still held (its descriptor lives on in other
-// processes), the lock belongs to its parent, and so on up the lineage
-// recorded when the hold began. A request never waits for a hold that
-// belongs to a proper ancestor of the requesting process. Within one
+// processes), the lock belongs to the processes that still hold the
+// descriptor, as far as the engine can name them (heirs.go); it never
+// passes up to the dead process's parent. A request never waits for a hold
+// that belongs to a proper ancestor of the requesting process. Within one
 // process, holds of different owners do not conflict either, with one
 // exception that keeps kernel semantics: two explicit holds of one control
 // file, both taken by that process itself (two open file descriptions, or a
 // flock and an fcntl lock), conflict.
+//
+// Whether a process lives is what the engine's exit watches have told it
+// (heirs.go): nothing here reads /proc, so it all runs under Engine.mu.
 
-// effectiveProcLocked returns the process a hold belongs to now: the first
-// process of its recorded lineage that is still alive; the zero ProcID if
-// none is. The lock never passes to init (pid 1): init is everyone's
-// ancestor, and an orphaned descriptor must not become everyone's lock.
-func (e *Engine) effectiveProcLocked(h *hold) (p ProcID, inherited bool) {
-	for i, q := range h.lineage {
-		if q.PID == 1 {
-			break
-		}
-		if e.procs.Alive(q) {
-			return q, i > 0
+// procsLocked returns the processes hold h belongs to now: the process
+// that took it while it lives, else its live heirs (none if nobody could
+// be named). inherited says which of the two.
+func (e *Engine) procsLocked(h *hold) (procs []ProcID, inherited bool) {
+	if len(h.lineage) == 0 {
+		return nil, false
+	}
+	if !e.exitedLocked(h.lineage[0]) {
+		return h.lineage[:1], false
+	}
+	live := h.heirs[:0:0]
+	for _, p := range h.heirs {
+		if !e.exitedLocked(p) {
+			live = append(live, p)
 		}
 	}
-	return ProcID{}, false
+	return live, true
+}
+
+// belongsToLineageLocked reports whether h belongs to a process of lin.
+func (e *Engine) belongsToLineageLocked(h *hold, lin Lineage) bool {
+	procs, _ := e.procsLocked(h)
+	for _, p := range procs {
+		if lin.Contains(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // exemptLocked reports whether the request rc may ignore hold h at step s
@@ -36,16 +54,22 @@ func (e *Engine) exemptLocked(h *hold, s step, rc *reqCtx) bool {
 	if len(rc.lineage) == 0 {
 		return false
 	}
-	p, inherited := e.effectiveProcLocked(h)
-	if p == (ProcID{}) {
-		return false
+	procs, inherited := e.procsLocked(h)
+	for _, p := range procs {
+		if p == rc.lineage.Self() {
+			// Same process: only its own two explicit holds of one
+			// control file conflict, as two open file descriptions do
+			// in the kernel. A hold it holds as an heir is its own.
+			if inherited || !s.explicit || h.explicit == 0 {
+				return true
+			}
+			continue
+		}
+		if rc.lineage[1:].Contains(p) {
+			return true
+		}
 	}
-	if p == rc.lineage.Self() {
-		// Same process: only its own two explicit holds of one control
-		// file conflict, as two open file descriptions do in the kernel.
-		return inherited || !s.explicit || h.explicit == 0
-	}
-	return rc.lineage[1:].Contains(p)
+	return false
 }
 
 // privilegedLocked reports whether rc's own owner or lineage already holds
@@ -59,77 +83,36 @@ func (e *Engine) privilegedLocked(ls *lockState, rc *reqCtx) bool {
 		return false
 	}
 	for _, h := range ls.holds {
-		if h.lost != nil {
-			continue
-		}
-		if p, _ := e.effectiveProcLocked(h); p != (ProcID{}) && rc.lineage.Contains(p) {
+		if h.lost == nil && e.belongsToLineageLocked(h, rc.lineage) {
 			return true
 		}
 	}
 	return false
 }
 
-// grantableLocked reports whether step s of rc can be granted now as far as
-// this host's processes are concerned. If not, it returns the threads the
-// step waits for (for deadlock detection). w is rc's own queue entry, if it
-// is queued.
-func (e *Engine) grantableLocked(ls *lockState, s step, rc *reqCtx, w *waiter) (blockers []int, ok bool) {
-	blockers, ok, _ = e.grantableWhyLocked(ls, s, rc, w)
-	return blockers, ok
+// blockedByHoldsLocked reports whether a live hold of ls conflicts with
+// step s of rc (exemptions aside).
+func (e *Engine) blockedByHoldsLocked(ls *lockState, s step, rc *reqCtx) bool {
+	if s.mode != Exclusive && ls.nExclusive == 0 {
+		return false
+	}
+	for _, h := range ls.holds {
+		if h.owner != rc.req.Owner && Conflicts(h.mode(), s.mode) && !e.exemptLocked(h, s, rc) {
+			return true
+		}
+	}
+	return false
 }
 
-// grantableWhyLocked is grantableLocked that also says whether a blocking
-// hold may pass to one of rc's own processes when its holder exits (the
-// holder descends from rc's lineage): no request tells the engine of such
-// an exit, so the waiter must look again from time to time.
-func (e *Engine) grantableWhyLocked(ls *lockState, s step, rc *reqCtx, w *waiter) (blockers []int, ok, mayPass bool) {
-	if s.mode == Exclusive || ls.nExclusive > 0 {
-		for _, h := range ls.holds {
-			if h.owner == rc.req.Owner || !Conflicts(h.mode(), s.mode) {
-				continue
-			}
-			if e.exemptLocked(h, s, rc) {
-				continue
-			}
-			blockers = append(blockers, e.holderThreadLocked(h))
-			if !mayPass {
-				for _, q := range h.lineage {
-					if q.PID != 1 && rc.lineage.Contains(q) {
-						mayPass = true
-						break
-					}
-				}
-			}
-		}
-		if len(blockers) > 0 {
-			return blockers, false, mayPass
-		}
+// grantableLocked reports whether step s of rc (queued as w, or not yet
+// queued if w is nil) can be granted now as far as this host's processes
+// are concerned: no live hold conflicts with it (exemptions aside), and
+// FIFO lets it go, or its lineage already holds the lock.
+func (e *Engine) grantableLocked(ls *lockState, s step, rc *reqCtx, w *waiter) bool {
+	if e.blockedByHoldsLocked(ls, s, rc) {
+		return false
 	}
-	// FIFO: wait behind every earlier waiter whose mode conflicts with
-	// ours; shared waiters behind shared waiters go together.
-	for _, q := range ls.queue {
-		if q == w {
-			break
-		}
-		if Conflicts(q.step.mode, s.mode) {
-			blockers = append(blockers, q.rc.req.TID)
-		}
-	}
-	if len(blockers) > 0 && e.privilegedLocked(ls, rc) {
-		return nil, true, false
-	}
-	return blockers, len(blockers) == 0, false
-}
-
-// holderThreadLocked names the thread a hold waits on for deadlock
-// detection: the thread that took it, or, once the lock has passed up the
-// lineage, the main thread of the process that has it now.
-func (e *Engine) holderThreadLocked(h *hold) int {
-	p, inherited := e.effectiveProcLocked(h)
-	if inherited {
-		return p.PID
-	}
-	return h.tid
+	return ls.fifoOKLocked(s, w) || e.privilegedLocked(ls, rc)
 }
 
 // usageRuleLocked enforces SPEC §2.4: a process whose lineage holds a usage
@@ -141,10 +124,7 @@ func (e *Engine) usageRuleLocked(rc *reqCtx) error {
 	}
 	var held *hold
 	for h := range e.usage {
-		if h.lost != nil {
-			continue
-		}
-		if p, _ := e.effectiveProcLocked(h); p != (ProcID{}) && rc.lineage.Contains(p) {
+		if h.lost == nil && e.belongsToLineageLocked(h, rc.lineage) {
 			held = h
 			break
 		}
@@ -157,10 +137,7 @@ func (e *Engine) usageRuleLocked(rc *reqCtx) error {
 			if h.lost != nil || h.mode() < rc.req.Mode {
 				continue
 			}
-			if h.owner == rc.req.Owner {
-				return nil
-			}
-			if p, _ := e.effectiveProcLocked(h); p != (ProcID{}) && rc.lineage.Contains(p) {
+			if h.owner == rc.req.Owner || e.belongsToLineageLocked(h, rc.lineage) {
 				return nil
 			}
 		}

@@ -24,12 +24,18 @@ func (e *Engine) AdoptNewDir(ctx context.Context, parent, name string, tid int) 
 	nd := LockID{Path: parent, Kind: KindNewDir}
 	e.mu.Lock()
 	ls := e.locks[nd]
-	if ls == nil || ls.nExclusive == 0 {
-		e.mu.Unlock()
+	held := ls != nil && ls.nExclusive > 0
+	e.mu.Unlock()
+	if !held {
 		return false, nil
 	}
+	// Read /proc without mu, then look again.
 	lin, err := e.procs.Lineage(tid)
 	if err != nil {
+		return false, nil
+	}
+	e.mu.Lock()
+	if ls = e.locks[nd]; ls == nil {
 		e.mu.Unlock()
 		return false, nil
 	}
@@ -38,7 +44,7 @@ func (e *Engine) AdoptNewDir(ctx context.Context, parent, name string, tid int) 
 		if h.lost != nil || h.explicit != Exclusive {
 			continue
 		}
-		if p, _ := e.effectiveProcLocked(h); p != (ProcID{}) && lin.Contains(p) {
+		if e.belongsToLineageLocked(h, lin) {
 			owner = h
 			break
 		}

@@ -99,7 +99,7 @@ func (e *Engine) settleLocked(ls *lockState) {
 		if need >= lease.Mode() && lease.Err() == nil {
 			return
 		}
-		if need == 0 && len(ls.queue) > 0 && e.needsLease(ls.queue[0].step) && lease.Err() == nil && lease.Mode() >= ls.queue[0].step.mode {
+		if need == 0 && ls.head != nil && e.needsLease(ls.head.step) && lease.Err() == nil && lease.Mode() >= ls.head.step.mode {
 			// A waiter is about to be granted: hand the lease over
 			// rather than give it back and claim it again. A lease too
 			// weak for it is given back instead: upgrading a claim that

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,9 +23,14 @@ import (
 // followed by "----" and the expected output up to a blank line:
 //
 //	proc PID parent=PPID          declare a process (thread id == pid)
-//	sleep DURATION                let timers run (e.g. 300ms)
+//	advance DURATION              move the engines' clock (e.g. 300ms):
+//	                              timers due by then fire
 //	exit PID                      the process dies (its holds stay: its
 //	                              descriptors may live on in children)
+//	fd PID owner=NAME             PID holds a descriptor of NAME's open
+//	                              file description (inherited, passed); the
+//	                              process that locks through it holds one
+//	close PID owner=NAME          ...and no longer does
 //	acquire OWNER pid=N path=P [kind=dir|newdir|usage] mode=s|x
 //	        [nowait] [class=file|posix] [engine=E] [token=no]
 //	                              -> granted token=T | waiting | error: E
@@ -42,9 +49,12 @@ type scriptEnv struct {
 	t        *testing.T
 	tree     *fakeTree
 	host     *memHost
+	clock    *fakeClock
+	tick     atomic.Int64 // the engines' Now: one nanosecond per call
 	engines  map[string]*Engine
 	owners   map[string]Owner
 	ownerTID map[string]int
+	ownerIno map[string]uint64
 	pending  map[string]*pendingAcquire
 }
 
@@ -63,9 +73,9 @@ type pendingAcquire struct {
 
 func newScriptEnv(t *testing.T) *scriptEnv {
 	env := &scriptEnv{
-		t: t, tree: newFakeTree(), host: newMemHost(),
+		t: t, tree: newFakeTree(), host: newMemHost(), clock: newFakeClock(),
 		engines: map[string]*Engine{}, owners: map[string]Owner{}, ownerTID: map[string]int{},
-		pending: map[string]*pendingAcquire{},
+		ownerIno: map[string]uint64{}, pending: map[string]*pendingAcquire{},
 	}
 	t.Cleanup(func() {
 		for _, p := range env.pending {
@@ -89,7 +99,8 @@ func (env *scriptEnv) engine(name string) *Engine {
 	if e == nil {
 		var err error
 		e, err = New(Config{Backend: &memBackend{host: env.host}, Processes: env.tree, Host: name,
-			Now: func() time.Time { return time.Unix(0, 0) }})
+			Now:   func() time.Time { return time.Unix(0, env.tick.Add(1)) },
+			After: env.clock.after})
 		if err != nil {
 			env.t.Fatal(err)
 		}
@@ -185,31 +196,13 @@ func (env *scriptEnv) settle() {
 				continue
 			default:
 			}
-			e := p.engine
-			e.mu.Lock()
-			ch, parked := e.parked[p.tid]
-			current := false
-			if parked {
-				if w := e.waiting[p.tid]; w != nil {
-					if ls := e.locks[w.step.id]; ls != nil && ls.changed == ch {
-						current = true
-					}
-				} else {
-					for _, ls := range e.locks {
-						if ls.changed == ch {
-							current = true
-						}
-					}
-				}
-			}
-			e.mu.Unlock()
 			if p.cancelled {
 				inBackend = 1 << 30 // never quiet until it has finished
-			} else if !current {
+			} else if !p.engine.quiescent(p.tid, env.clock.fired) {
 				inBackend++
 			}
 		}
-		if env.host.quiet() >= inBackend {
+		if env.host.quiet() >= inBackend && env.exitsHandled() {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -217,6 +210,106 @@ func (env *scriptEnv) settle() {
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
+}
+
+// quiescent reports whether thread tid sleeps in e with no wake-up
+// pending: on its queue entry's channel, or on a lock's current changed
+// channel, and its grace timer (if any) has not fired (fired says).
+func (e *Engine) quiescent(tid int, fired func(<-chan time.Time) bool) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pk, parked := e.parked[tid]
+	if !parked || (pk.timer != nil && fired(pk.timer)) {
+		return false
+	}
+	if w := e.waiting[tid]; w != nil && w.wake == pk.ch {
+		return !w.signalled
+	}
+	for _, ls := range e.locks {
+		if ls.changed == pk.ch {
+			return true
+		}
+	}
+	return false
+}
+
+// exitsHandled reports whether every engine has handled every exit of a
+// process it watches.
+func (env *scriptEnv) exitsHandled() bool {
+	for _, e := range env.engines {
+		e.mu.Lock()
+		busy := e.exitWork > 0
+		for p, w := range e.watches {
+			if !w.exited && env.tree.isDead(p.PID) {
+				busy = true
+			}
+		}
+		e.mu.Unlock()
+		if busy {
+			return false
+		}
+	}
+	return true
+}
+
+// fakeClock is the engines' After: its timers fire when a script advances
+// it.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Duration
+	timers []fakeTimer
+}
+
+type fakeTimer struct {
+	at time.Duration
+	ch chan time.Time
+}
+
+// fired reports whether timer ch has fired.
+func (c *fakeClock) fired(ch <-chan time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.timers {
+		if t.ch == ch {
+			return false
+		}
+	}
+	return true
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{} }
+
+func (c *fakeClock) after(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	c.timers = append(c.timers, fakeTimer{at: c.now + d, ch: ch})
+	return ch
+}
+
+// advance moves the clock by d and fires the timers due.
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now += d
+	kept := c.timers[:0]
+	for _, t := range c.timers {
+		if t.at <= c.now {
+			t.ch <- time.Unix(0, 0).Add(t.at)
+		} else {
+			kept = append(kept, t)
+		}
+	}
+	c.timers = kept
+}
+
+// ino is the inode number of a lock's control file in the scripts.
+func ino(id LockID) uint64 {
+	h := uint64(14695981039346656037)
+	for _, b := range []byte(id.String()) {
+		h = (h ^ uint64(b)) * 1099511628211
+	}
+	return h
 }
 
 func (env *scriptEnv) finished() []string {
@@ -240,18 +333,27 @@ func (env *scriptEnv) run(line string) []string {
 		pid, _ := strconv.Atoi(fields[1])
 		ppid, _ := strconv.Atoi(args["parent"])
 		env.tree.add(pid, ppid)
-	case "sleep":
+	case "advance":
 		d, err := time.ParseDuration(fields[1])
 		if err != nil {
 			env.t.Fatal(err)
 		}
-		time.Sleep(d)
+		env.clock.advance(d)
 	case "exit":
 		pid, _ := strconv.Atoi(fields[1])
 		env.tree.exit(pid)
-		// Waiters that may inherit the dead process's locks look again
-		// on a timer: give it time to fire.
-		time.Sleep(3 * exitRecheck)
+	case "fd", "close":
+		pid, _ := strconv.Atoi(fields[1])
+		o, ok := env.owners[args["owner"]]
+		if !ok {
+			env.t.Fatalf("%s: unknown owner %q", line, args["owner"])
+		}
+		d := fakeDesc{ino: env.ownerIno[args["owner"]], id: o.ID}
+		if fields[0] == "fd" {
+			env.tree.open(pid, d)
+		} else {
+			env.tree.close(pid, d)
+		}
 	case "acquire":
 		name := fields[1]
 		pid, _ := strconv.Atoi(args["pid"])
@@ -259,8 +361,14 @@ func (env *scriptEnv) run(line string) []string {
 		if args["mode"] == "x" {
 			mode = Exclusive
 		}
-		req := Request{Lock: env.lockID(args), Mode: mode, Owner: env.owner(name, args["class"]),
-			TID: pid, UID: 1000, Wait: args["nowait"] == ""}
+		id := env.lockID(args)
+		req := Request{Lock: id, Mode: mode, Owner: env.owner(name, args["class"]),
+			TID: pid, UID: 1000, Wait: args["nowait"] == "", Ino: ino(id)}
+		// The requester holds a descriptor of the owner's description.
+		env.ownerIno[name] = ino(id)
+		if req.Owner.Class == OwnerFile {
+			env.tree.open(pid, fakeDesc{ino: ino(id), id: req.Owner.ID})
+		}
 		e := env.engine(args["engine"])
 		ctx, cancel := context.WithCancel(context.Background())
 		p := &pendingAcquire{engine: e, tid: pid, cancel: cancel, done: make(chan error, 1), hideToken: args["token"] == "no"}

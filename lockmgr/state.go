@@ -13,12 +13,24 @@ type lockState struct {
 	// holds has one entry per owner holding the lock, explicitly, implicitly
 	// or both.
 	holds map[Owner]*hold
-	// queue is the FIFO of waiters.
-	queue []*waiter
+	// The FIFO of waiters is a doubly linked list from head to tail, so
+	// that a waiter leaves it in O(1) (see queue.go).
+	head, tail *waiter
+	// nQueue is the length of the queue.
+	nQueue int
+	// firstX is the earliest exclusive waiter, nil if none: a shared
+	// waiter behind it waits, one before it does not (FIFO in O(1)).
+	firstX *waiter
+	// seq numbers the waiters in arrival order.
+	seq uint64
+	// under counts, for every process, the waiters whose lineage contains
+	// it (pid 1 aside): a new hold of that process may let them jump the
+	// queue (privilegedLocked), and only then is the queue scanned.
+	under map[ProcID]int
 	// outside holds the requests that wait for the backend's claim: for a
 	// holder outside this engine (another daemon, a program locking SOURCE
 	// directly, another host), or for another request's claim of it. They
-	// are not in queue: only status shows them.
+	// may be in the queue too; status shows them once, as outside.
 	outside map[*waiter]struct{}
 	// lease is the host's claim from the backend; nil if none.
 	lease Lease
@@ -29,8 +41,11 @@ type lockState struct {
 	busy bool
 	// busyWaits: the in-flight backend call may wait for a long time.
 	busyWaits bool
-	// changed is closed whenever holds, queue, lease or busy change, to
-	// wake waiters; nil while nobody sleeps on it (see changedLocked).
+	// changed is closed whenever holds, lease or busy change, to wake the
+	// requests that are not queued (they wait for a backend call of
+	// another request to end); nil while nobody sleeps on it (see
+	// changedLocked). Queued waiters sleep on their own channel instead
+	// and are woken one by one (queue.go).
 	changed chan struct{}
 	// nLive and nExclusive count the holds whose mode() is not 0, and is
 	// Exclusive, so that the common cases need not scan holds (the root of
@@ -93,12 +108,28 @@ type hold struct {
 	explicit Mode
 	// implicit counts the holds taken on behalf of other locks; each is shared.
 	implicit int
+	// id is the lock held.
+	id LockID
 	// lineage is the taking process and its ancestors when the hold began.
 	lineage Lineage
-	tid     int
-	uid     uint32
-	since   time.Time
-	token   uint64
+	// ino is the inode number of the control file the hold was taken
+	// through (Request.Ino), to find who holds the descriptor once the
+	// taking process has exited; 0 if unknown.
+	ino uint64
+	// heirs are the processes that held the hold's open file description
+	// when the taking process exited, as far as a scan could tell: the
+	// hold belongs to those still alive (SPEC §2.3, heirs.go). Empty
+	// while the taker lives, and when nobody could be named.
+	heirs []ProcID
+	// scanned: the heirs were looked for since the taker (or the last
+	// heir) exited; a hold nobody could be named for is not scanned again.
+	scanned bool
+	// scanning counts the /proc scans for heirs in flight.
+	scanning int
+	tid      int
+	uid      uint32
+	since    time.Time
+	token    uint64
 	// lost is set when the hold's lease was lost or broken: the hold no
 	// longer protects anything and conflicts with nobody.
 	lost error
@@ -123,6 +154,16 @@ type waiter struct {
 	step  step
 	rc    *reqCtx
 	since time.Time
+	// seq is the waiter's place in arrival order.
+	seq uint64
+	// prev and next link the lock's queue.
+	prev, next *waiter
+	// wake, buffered, is signalled when the waiter may be granted now; it
+	// then looks again.
+	wake chan struct{}
+	// signalled: a wake-up was sent that the waiter has not acted on yet
+	// (it clears this once it holds mu again). GUARDED_BY(Engine.mu)
+	signalled bool
 }
 
 // step is one lock of a request's plan: the implicit ancestor holds, then
@@ -143,12 +184,22 @@ func newLockState(id LockID) *lockState {
 	return &lockState{id: id, holds: make(map[Owner]*hold, 1)}
 }
 
-// broadcastLocked wakes everyone waiting for a change of ls.
-func (ls *lockState) broadcastLocked() {
+// notifyLocked wakes the requests that sleep on ls.changed: those waiting
+// for a backend call to end, Close and Break. Call it when the lease or
+// busy change; holds that go away call broadcastLocked.
+func (ls *lockState) notifyLocked() {
 	if ls.changed != nil {
 		close(ls.changed)
 		ls.changed = nil
 	}
+}
+
+// broadcastLocked is notifyLocked plus a wake-up of the queued waiters
+// that a hold going away (or weakening) may let in: the front of the
+// queue (queue.go).
+func (ls *lockState) broadcastLocked() {
+	ls.notifyLocked()
+	ls.wakeFrontLocked()
 }
 
 // changedLocked returns the channel that the next change of ls closes.
@@ -197,19 +248,9 @@ func (e *Engine) needsLease(s step) bool {
 	return s.explicit || !e.hier
 }
 
-// removeWaiterLocked drops w from the queue, if present.
-func (ls *lockState) removeWaiterLocked(w *waiter) {
-	for i, q := range ls.queue {
-		if q == w {
-			ls.queue = append(ls.queue[:i], ls.queue[i+1:]...)
-			return
-		}
-	}
-}
-
 // idleLocked: nothing refers to this entry any more.
 func (ls *lockState) idleLocked() bool {
-	return len(ls.holds) == 0 && len(ls.queue) == 0 && ls.lease == nil && !ls.busy
+	return len(ls.holds) == 0 && ls.nQueue == 0 && ls.lease == nil && !ls.busy
 }
 
 // lockLocked returns the table entry for id, creating it.

@@ -72,9 +72,9 @@ type LockStatus struct {
 
 // holderLocked renders h.
 func (e *Engine) holderLocked(ls *lockState, h *hold) Holder {
-	p, _ := e.effectiveProcLocked(h)
-	if p == (ProcID{}) {
-		p = h.lineage.Self()
+	p := h.lineage.Self()
+	if procs, _ := e.procsLocked(h); len(procs) > 0 {
+		p = procs[0]
 	}
 	return Holder{
 		Owner: h.owner, Mode: h.explicit, Explicit: h.explicit != 0, Implicit: h.implicit,
@@ -82,7 +82,9 @@ func (e *Engine) holderLocked(ls *lockState, h *hold) Holder {
 	}
 }
 
-func (e *Engine) statusLocked(ls *lockState) LockStatus {
+// statusLocked renders ls, except its lease: describing a lease is a call
+// into the backend, made without mu (describeLease).
+func (e *Engine) statusLocked(ls *lockState) (LockStatus, Lease) {
 	st := LockStatus{Lock: ls.id, Mode: ls.heldModeLocked()}
 	for _, h := range ls.holds {
 		st.Holders = append(st.Holders, e.holderLocked(ls, h))
@@ -95,7 +97,7 @@ func (e *Engine) statusLocked(ls *lockState) LockStatus {
 		}
 		return a.Since.Before(b.Since)
 	})
-	for _, w := range ls.queue {
+	for w := ls.head; w != nil; w = w.next {
 		if _, out := ls.outside[w]; out {
 			continue // shown below
 		}
@@ -121,13 +123,18 @@ func (e *Engine) statusLocked(ls *lockState) LockStatus {
 		sort.Slice(outside, func(i, j int) bool { return outside[i].Since.Before(outside[j].Since) })
 		st.Waiters = append(st.Waiters, outside...)
 	}
-	if ls.lease != nil {
-		st.Lease = ls.lease.Mode().String()
-		if d, ok := ls.lease.(LeaseDescriber); ok {
-			st.Lease = d.Describe()
-		}
+	return st, ls.lease
+}
+
+// describeLease fills st.Lease from lease, without engine locks.
+func describeLease(st *LockStatus, lease Lease) {
+	if lease == nil {
+		return
 	}
-	return st
+	st.Lease = lease.Mode().String()
+	if d, ok := lease.(LeaseDescriber); ok {
+		st.Lease = d.Describe()
+	}
 }
 
 // Status returns a snapshot of one lock; a lock nobody holds or waits for
@@ -137,25 +144,37 @@ func (e *Engine) Status(id LockID) LockStatus {
 		id.Path = p
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	ls := e.locks[id]
 	if ls == nil {
+		e.mu.Unlock()
 		return LockStatus{Lock: id}
 	}
-	return e.statusLocked(ls)
+	st, lease := e.statusLocked(ls)
+	e.mu.Unlock()
+	describeLease(&st, lease)
+	return st
 }
 
 // Snapshot returns the status of every lock held or waited for, by path.
+// It copies the table under Engine.mu, in time linear in its size, and
+// asks the leases for their descriptions after releasing it, so that a
+// metrics scrape never holds up lock requests for a backend.
 func (e *Engine) Snapshot() []LockStatus {
 	e.mu.Lock()
 	out := make([]LockStatus, 0, len(e.locks))
+	leases := make([]Lease, 0, len(e.locks))
 	for _, ls := range e.locks {
-		if len(ls.holds) == 0 && len(ls.queue) == 0 && len(ls.outside) == 0 {
+		if len(ls.holds) == 0 && ls.nQueue == 0 && len(ls.outside) == 0 {
 			continue
 		}
-		out = append(out, e.statusLocked(ls))
+		st, lease := e.statusLocked(ls)
+		out = append(out, st)
+		leases = append(leases, lease)
 	}
 	e.mu.Unlock()
+	for i := range out {
+		describeLease(&out[i], leases[i])
+	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Lock.Path != out[j].Lock.Path {
 			return out[i].Lock.Path < out[j].Lock.Path

@@ -1,0 +1,188 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockfs/lockfs/internal/testutil"
+)
+
+// SPEC §2.3: once the process that took a lock has exited, the lock belongs
+// to the processes that still hold its descriptor; it never passes up to
+// the dead process's parent.
+
+// ownerDiesScript runs `flock -x $1 sleep` in the background, waits for a
+// line on stdin, kills the flock with SIGKILL (its command keeps the
+// descriptor) and reports what the shell's other children get:
+// "sibling=N" for `flock -n $1 true` and "inside=N" for `flock -n $2 true`
+// ($2 is a lock below $1).
+const ownerDiesScript = `
+flock -x "$1" sh -c 'echo held; exec sleep 600' &
+F=$!
+read go
+kill -9 $F
+wait $F 2>/dev/null
+echo killed
+flock -n "$1" true; echo sibling=$?
+flock -n "$2" true; echo inside=$?
+read go
+`
+
+func TestKilledOwnerLockStaysWithDescriptor(t *testing.T) {
+	m := mount(t)
+	a, ab := m.path("a/.lock"), m.path("a/b/.lock")
+	if err := os.MkdirAll(m.srcPath("a/b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "sh", "-c", ownerDiesScript, "sh", a, ab)
+	p.waitLine("held", 15*time.Second)
+	fmt.Fprintln(p.stdin, "kill")
+	p.waitLine("killed", 15*time.Second)
+	// Before the fix the lock passed to the shell, so both were 0: its
+	// other children walked into the critical section that sleep is in.
+	for _, want := range []string{"sibling=1", "inside=1"} {
+		line, ok := p.nextLine(20 * time.Second)
+		if !ok || line != want {
+			t.Errorf("after kill -9 of the flock: got %q, want %q (the lock must stay with sleep, which holds the descriptor)", line, want)
+		}
+	}
+	// A stranger is refused too.
+	expectCode(t, "a stranger's flock -n while sleep holds the descriptor", flockN(t, a), 1)
+	// Control: once sleep (the last holder of the descriptor) is gone, the
+	// lock is free.
+	p.kill()
+	if !testutil.Poll(10*time.Second, func() bool { return flockN(t, a).code == 0 }) {
+		t.Errorf("the lock is still held after every holder of its descriptor died: %v", flockN(t, a))
+	}
+}
+
+// sharedDescriptorScript is `exec 8>$1; flock 8`: the shell holds the
+// descriptor that flock(1) locked through and exited. Its next command
+// runs under the lock.
+const sharedDescriptorScript = `
+exec 8>"$1"
+flock -x 8
+flock -n "$2" true; echo inside=$?
+echo ready
+read go
+`
+
+func TestLockThroughShellDescriptorBelongsToShell(t *testing.T) {
+	m := mount(t)
+	a, ab := m.path("a/.lock"), m.path("a/b/.lock")
+	if err := os.MkdirAll(m.srcPath("a/b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "sh", "-c", sharedDescriptorScript, "sh", a, ab)
+	p.waitLine("inside=0", 20*time.Second) // the shell's child runs under its lock
+	p.waitLine("ready", 15*time.Second)
+	// Control: a stranger is refused: the shell holds the lock.
+	expectCode(t, "a stranger's flock -n a/b/.lock while the shell holds a/.lock", flockN(t, ab), 1)
+	p.kill()
+	if !testutil.Poll(10*time.Second, func() bool { return flockN(t, a).code == 0 }) {
+		t.Errorf("the lock is still held after the shell died: %v", flockN(t, a))
+	}
+}
+
+// fifoScript: a holder and then N waiters, all children of this shell,
+// each queued before the next starts; when the holder ends, each waiter
+// appends its number to $3 under the lock and exits.
+const fifoScript = `
+L=$1; N=$2; OUT=$3; GO=$4
+flock -x "$L" sh -c 'echo held; while [ ! -e "$0" ]; do sleep 0.05; done' "$GO" &
+read x
+i=1
+while [ $i -le $N ]; do
+	flock -x "$L" sh -c 'echo $0 >> "$1"' $i "$OUT" &
+	until cat "$L" | grep -qx "waiters $i"; do sleep 0.02; done
+	i=$((i+1))
+done
+echo queued
+touch "$GO"
+wait
+echo done
+`
+
+// TestWaitersThatExitKeepFIFO: waiters that release by exiting are granted
+// in arrival order. Before the fix, each exiting holder left the lock to
+// the shell for a moment, every waiter (a child of that shell) was then
+// exempt from the queue, and the order was lost (thousands of inverted
+// pairs in 200 waiters).
+func TestWaitersThatExitKeepFIFO(t *testing.T) {
+	m := mount(t)
+	const n = 40
+	dir := t.TempDir()
+	out, goFile := filepath.Join(dir, "order"), filepath.Join(dir, "go")
+	p := start(t, "sh", "-c", fifoScript, "sh", m.path("a/.lock"), strconv.Itoa(n), out, goFile)
+	p.waitLine("held", 15*time.Second)
+	fmt.Fprintln(p.stdin, "start")
+	p.waitLine("queued", 120*time.Second)
+	p.waitLine("done", 120*time.Second)
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, f := range strings.Fields(string(b)) {
+		v, _ := strconv.Atoi(f)
+		got = append(got, v)
+	}
+	inverted := 0
+	for i := range got {
+		for j := i + 1; j < len(got); j++ {
+			if got[i] > got[j] {
+				inverted++
+			}
+		}
+	}
+	if len(got) != n || inverted != 0 {
+		t.Errorf("grant order %v: %d of %d pairs inverted, %d of %d waiters ran", got, inverted, n*(n-1)/2, len(got), n)
+	}
+}
+
+// inheritedCycleScript holds $1 through the shell's own descriptor
+// (exec 8>; flock 8), then, after a line on stdin, asks for $2.
+const inheritedCycleScript = `
+exec 8>"$1"
+flock -x 8
+echo held
+read go
+flock -x "$2" true 2>&1 | grep -q "Resource deadlock avoided" && echo EDEADLK || echo other
+read go
+`
+
+// TestInheritedLockCycleIsDeadlock: two shells each hold a lock through a
+// descriptor of their own (the flock that took it has exited), and a child
+// of each asks for the other's lock. The shells wait for their children:
+// a cycle, refused with EDEADLK instead of hanging. Before the fix the
+// second request hung (the cycle ran through processes that held a
+// descriptor, not through lock requests); the bounded waitLine turns a hang
+// into a failure.
+func TestInheritedLockCycleIsDeadlock(t *testing.T) {
+	m := mount(t)
+	x, y := m.path("x/.lock"), m.path("y/.lock")
+	for _, d := range []string{"x", "y"} {
+		if err := os.MkdirAll(m.srcPath(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p1 := start(t, "sh", "-c", inheritedCycleScript, "sh", x, y)
+	p2 := start(t, "sh", "-c", inheritedCycleScript, "sh", y, x)
+	p1.waitLine("held", 15*time.Second)
+	p2.waitLine("held", 15*time.Second)
+	fmt.Fprintln(p1.stdin, "go")
+	testutil.Eventually(t, "the first shell's child to queue on y", func() bool {
+		return strings.Contains(readStatus(t, y), "waiters 1\n")
+	})
+	fmt.Fprintln(p2.stdin, "go")
+	p2.waitLine("EDEADLK", 20*time.Second)
+	// Control: the first request was a plain wait, not refused; it is
+	// granted once the second shell (and its lock) is gone.
+	p2.kill()
+	p1.waitLine("other", 20*time.Second)
+}

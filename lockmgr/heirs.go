@@ -1,0 +1,283 @@
+package lockmgr
+
+import "context"
+
+// Who a hold belongs to after the process that took it exits (SPEC §2.3).
+//
+// The engine watches the process behind every hold (ProcessWatcher.
+// WaitExit: a pidfd, no polling), one watch per process however many holds
+// it has. When the process that took a flock hold (OwnerFile) exits while
+// the hold remains (the descriptor lives on, e.g. in the command flock(1)
+// ran, or in the shell that opened it with exec 8>), the engine asks who
+// holds a descriptor of the control file (ProcessWatcher.Descriptors,
+// grouped by open file description) and picks the hold's group:
+//
+//   - a group is ruled out if it holds a process that is known to hold
+//     (or wait for) the same lock through another open file description,
+//     and that holds no other group: that group is the other description;
+//   - if exactly one group remains, its processes are the hold's heirs:
+//     the hold belongs to them, and they and their descendants run under
+//     it. If none or several remain, nobody is named: the hold belongs to
+//     nobody, so it still excludes every other process until its last
+//     descriptor is closed and the kernel releases it.
+//
+// The lock never passes to the dead process's parent merely for being its
+// parent. When every heir has exited, the engine looks once more (a heir's
+// child may hold the descriptor now). POSIX record locks (OwnerPOSIX) die
+// with their process, so their holds get no heirs.
+//
+// The scan reads /proc and runs without Engine.mu; a change of who a hold
+// belongs to wakes every waiter of its lock, which look again.
+
+// procWatch is the engine's watch on one process.
+type procWatch struct {
+	// holds are the holds whose taker or heir the process is.
+	holds map[*hold]struct{}
+	// exited: the process has exited.
+	exited bool
+	// cancel stops the watch's goroutine.
+	cancel context.CancelFunc
+}
+
+// exitedLocked reports whether the engine has seen p exit. A process it
+// does not watch counts as alive.
+func (e *Engine) exitedLocked(p ProcID) bool {
+	w := e.watches[p]
+	return w != nil && w.exited
+}
+
+// trackLocked records that hold h depends on process p, and watches p.
+func (e *Engine) trackLocked(h *hold, p ProcID) {
+	if p == (ProcID{}) || e.watcher == nil {
+		return
+	}
+	w := e.watches[p]
+	if w == nil {
+		ctx, cancel := context.WithCancel(e.ctx)
+		w = &procWatch{holds: make(map[*hold]struct{}, 1), cancel: cancel}
+		e.watches[p] = w
+		e.wg.Add(1)
+		go e.watchExit(ctx, w, p)
+	}
+	w.holds[h] = struct{}{}
+}
+
+// untrackLocked undoes trackLocked.
+func (e *Engine) untrackLocked(h *hold, p ProcID) {
+	w := e.watches[p]
+	if w == nil {
+		return
+	}
+	delete(w.holds, h)
+	if len(w.holds) == 0 {
+		w.cancel()
+		delete(e.watches, p)
+	}
+}
+
+// untrackAllLocked drops every watch of hold h: its taker's and its heirs'.
+func (e *Engine) untrackAllLocked(h *hold) {
+	if len(h.lineage) > 0 {
+		e.untrackLocked(h, h.lineage[0])
+	}
+	for _, p := range h.heirs {
+		e.untrackLocked(h, p)
+	}
+	h.heirs, h.scanned = nil, false
+}
+
+// setTakerLocked makes rc's process the taker of h.
+func (e *Engine) setTakerLocked(h *hold, lin Lineage) {
+	e.untrackAllLocked(h)
+	h.lineage = lin
+	if len(lin) > 0 {
+		e.trackLocked(h, lin[0])
+	}
+}
+
+// watchExit waits for p to exit, then hands the holds that depended on it
+// to their heirs.
+func (e *Engine) watchExit(ctx context.Context, w *procWatch, p ProcID) {
+	defer e.wg.Done()
+	if err := e.watcher.WaitExit(ctx, p); err != nil {
+		return // stopped
+	}
+	e.mu.Lock()
+	if e.watches[p] == w && !w.exited {
+		e.exitedNowLocked(w)
+	}
+	e.mu.Unlock()
+}
+
+// exitedNowLocked records that w's process has exited and hands its holds on.
+func (e *Engine) exitedNowLocked(w *procWatch) {
+	w.exited = true
+	e.exitWork++
+	e.reassignLocked(w)
+	e.exitWork--
+}
+
+// noticeExitsLocked is for a request about to be refused without waiting
+// (LOCK_NB): an exit watch reports asynchronously, and the holds that block
+// the request may belong to a process that has just exited, whose heir
+// the request descends from. It looks at the processes behind those holds
+// in /proc, without mu, and hands on the holds of those that have exited.
+// It reports whether any had: then the request looks again.
+func (e *Engine) noticeExitsLocked(ctx context.Context, ls *lockState, s step, rc *reqCtx) bool {
+	if e.watcher == nil {
+		return false
+	}
+	var takers []ProcID
+	scanning := false
+	for _, h := range ls.holds {
+		if len(h.lineage) == 0 || !e.blocksLocked(h, waitNode{ls, s, rc, nil}) {
+			continue
+		}
+		scanning = scanning || h.scanning > 0
+		if w := e.watches[h.lineage[0]]; w != nil && !w.exited {
+			takers = append(takers, h.lineage[0])
+		}
+	}
+	if scanning {
+		// An exit is being handled: wait for its heirs.
+		return e.waitChangeLocked(ctx, ls, 0) == nil
+	}
+	if len(takers) == 0 {
+		return false
+	}
+	e.mu.Unlock()
+	var dead []ProcID
+	for _, p := range takers {
+		if !e.procs.Alive(p) {
+			dead = append(dead, p)
+		}
+	}
+	e.mu.Lock()
+	for _, p := range dead {
+		if w := e.watches[p]; w != nil && !w.exited {
+			e.exitedNowLocked(w)
+		}
+	}
+	return len(dead) > 0
+}
+
+// reassignLocked finds heirs for the holds of w's process, which has
+// exited, and wakes the waiters of their locks. mu is dropped for the
+// /proc scans.
+func (e *Engine) reassignLocked(w *procWatch) {
+	type job struct {
+		h   *hold
+		ino uint64
+	}
+	var jobs []job
+	touched := map[LockID]bool{}
+	for h := range w.holds {
+		touched[h.id] = true
+		procs, _ := e.procsLocked(h)
+		if len(procs) == 0 && !h.scanned && h.owner.Class == OwnerFile && h.ino != 0 && h.lost == nil {
+			jobs = append(jobs, job{h, h.ino})
+		}
+	}
+	if len(jobs) > 0 {
+		for _, j := range jobs {
+			j.h.scanning++
+		}
+		found := make(map[uint64][][]ProcID)
+		e.mu.Unlock()
+		for _, j := range jobs {
+			if _, ok := found[j.ino]; ok {
+				continue
+			}
+			groups, err := e.watcher.Descriptors(j.ino)
+			if err != nil {
+				e.log.WithError(err).Warn("cannot tell who holds a lock's descriptor: nobody inherits it")
+			}
+			found[j.ino] = groups
+		}
+		e.mu.Lock()
+		for _, j := range jobs {
+			j.h.scanning--
+			if ls := e.locks[j.h.id]; ls == nil || ls.holds[j.h.owner] != j.h {
+				continue // released meanwhile
+			}
+			if procs, _ := e.procsLocked(j.h); len(procs) > 0 || j.h.scanned {
+				continue
+			}
+			e.setHeirsLocked(j.h, e.pickHeirsLocked(j.h, found[j.ino]))
+		}
+	}
+	for id := range touched {
+		if ls := e.locks[id]; ls != nil {
+			ls.wakeAllLocked()
+		}
+	}
+}
+
+// setHeirsLocked records heirs for h and watches them.
+func (e *Engine) setHeirsLocked(h *hold, heirs []ProcID) {
+	for _, p := range h.heirs {
+		e.untrackLocked(h, p)
+	}
+	h.heirs, h.scanned = heirs, true
+	for _, p := range heirs {
+		e.trackLocked(h, p)
+	}
+	if len(heirs) > 0 {
+		// A heir that exits later hands on to whoever holds the
+		// descriptor then.
+		h.scanned = false
+		for _, p := range heirs {
+			if !e.exitedLocked(p) {
+				return
+			}
+		}
+		h.scanned = true
+	}
+}
+
+// pickHeirsLocked chooses h's open file description among the groups of
+// descriptors of its control file (see the rules at the top of the file).
+func (e *Engine) pickHeirsLocked(h *hold, groups [][]ProcID) []ProcID {
+	ls := e.locks[h.id]
+	if ls == nil || len(groups) == 0 {
+		return nil
+	}
+	// Processes known to hold or wait for this lock through another
+	// description.
+	others := map[ProcID]bool{}
+	for _, o := range ls.holds {
+		if o != h && o.owner.Class == OwnerFile && len(o.lineage) > 0 && !e.exitedLocked(o.lineage[0]) {
+			others[o.lineage[0]] = true
+		}
+	}
+	for q := ls.head; q != nil; q = q.next {
+		if q.rc.req.Owner != h.owner && q.rc.req.Owner.Class == OwnerFile && len(q.rc.lineage) > 0 {
+			others[q.rc.lineage[0]] = true
+		}
+	}
+	inGroups := map[ProcID]int{}
+	for _, g := range groups {
+		for _, p := range g {
+			inGroups[p]++
+		}
+	}
+	var pick []ProcID
+	n := 0
+	for _, g := range groups {
+		ruledOut := false
+		for _, p := range g {
+			if others[p] && inGroups[p] == 1 {
+				ruledOut = true
+				break
+			}
+		}
+		if !ruledOut {
+			pick = g
+			n++
+		}
+	}
+	if n != 1 {
+		return nil
+	}
+	return pick
+}

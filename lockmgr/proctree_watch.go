@@ -1,0 +1,212 @@
+package lockmgr
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// This file holds the two questions the engine asks /proc about a lock's
+// processes once it is held (SPEC §2.3): when does the process that took it
+// exit, and who still holds its descriptor then.
+//
+// # Exits
+//
+// WaitExit waits on a pidfd (pidfd_open(2)): it becomes readable when the
+// process exits, and Go's poller waits for that without a thread, so a
+// watch costs a descriptor and a parked goroutine, never a timer. Where
+// pidfds are unavailable (EMFILE, an old kernel) it falls back to reading
+// /proc/PID/stat every fallbackPoll.
+//
+// # Descriptors
+//
+// Descriptors scans /proc/*/fd for descriptors of a file (by inode number,
+// as /proc/PID/fdinfo shows it), and groups them by open file description
+// with kcmp(2) (KCMP_FILE): two descriptors in the same group share one
+// description, so they hold the same flock. Reading another process's
+// descriptors needs ptrace access to it (root, or the same user): a
+// process that cannot be read is left out, and with it its claim to the
+// lock (the safe side: it is not exempt from the lock it may hold).
+
+// ProcessWatcher is implemented by process trees that can tell the engine
+// when a process exits and who holds a descriptor (ProcTree does). With a
+// ProcessTree that does not implement it, the engine treats every process
+// that took a hold as alive until the hold is released.
+type ProcessWatcher interface {
+	// WaitExit blocks until process p (pid and start time) has exited,
+	// returning nil (at once if it already has), or until ctx ends,
+	// returning ctx.Err().
+	WaitExit(ctx context.Context, p ProcID) error
+	// Descriptors returns the live processes that hold a descriptor of the
+	// file with inode number ino, one group per open file description.
+	Descriptors(ino uint64) ([][]ProcID, error)
+}
+
+var _ ProcessWatcher = (*ProcTree)(nil)
+
+// fallbackPoll is how often WaitExit looks at /proc when it has no pidfd.
+const fallbackPoll = 200 * time.Millisecond
+
+// WaitExit implements ProcessWatcher.
+func (t *ProcTree) WaitExit(ctx context.Context, p ProcID) error {
+	fd, err := unix.PidfdOpen(p.PID, unix.PIDFD_NONBLOCK)
+	if err == unix.ESRCH {
+		return nil
+	}
+	if err != nil || t.root != defaultProcRoot {
+		// No pidfd (or a fake /proc, whose pids are not the kernel's).
+		if fd >= 0 && err == nil {
+			unix.Close(fd)
+		}
+		return t.pollExit(ctx, p)
+	}
+	f := os.NewFile(uintptr(fd), "pidfd:"+strconv.Itoa(p.PID))
+	defer f.Close()
+	// The pid may have been reused before pidfd_open: the pidfd then
+	// names the new process, and p has exited.
+	if !t.Alive(p) {
+		return nil
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return t.pollExit(ctx, p)
+	}
+	stop := context.AfterFunc(ctx, func() { f.Close() })
+	defer stop()
+	err = rc.Read(func(fd uintptr) bool {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 0)
+		return err == nil && n > 0
+	})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		return t.pollExit(ctx, p)
+	}
+	return nil
+}
+
+// pollExit is WaitExit without a pidfd.
+func (t *ProcTree) pollExit(ctx context.Context, p ProcID) error {
+	tick := time.NewTicker(fallbackPoll)
+	defer tick.Stop()
+	for t.Alive(p) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// Descriptors implements ProcessWatcher.
+func (t *ProcTree) Descriptors(ino uint64) ([][]ProcID, error) {
+	if ino == 0 {
+		return nil, nil
+	}
+	dirs, err := os.ReadDir(t.root)
+	if err != nil {
+		return nil, fmt.Errorf("descriptors: %w", err)
+	}
+	self := os.Getpid()
+	want := strconv.FormatUint(ino, 10)
+	type fdRef struct {
+		p  ProcID
+		fd int
+	}
+	var groups [][]fdRef
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		fdDir := filepath.Join(t.root, d.Name(), "fd")
+		fds, err := os.ReadDir(fdDir)
+		if err != nil {
+			continue // gone, or not ours to read
+		}
+		var p ProcID
+		for _, e := range fds {
+			fd, err := strconv.Atoi(e.Name())
+			if err != nil || !t.fdHasInode(d.Name(), e.Name(), want) {
+				continue
+			}
+			if p.PID == 0 {
+				state, start, err := t.readStat(pid)
+				if err != nil || state == 'Z' || state == 'X' {
+					break
+				}
+				p = ProcID{PID: pid, Start: start}
+			}
+			ref := fdRef{p: p, fd: fd}
+			placed := false
+			for i, g := range groups {
+				if sameFile(g[0].p.PID, g[0].fd, pid, fd) {
+					groups[i] = append(g, ref)
+					placed = true
+					break
+				}
+			}
+			if !placed {
+				groups = append(groups, []fdRef{ref})
+			}
+		}
+	}
+	out := make([][]ProcID, 0, len(groups))
+	for _, g := range groups {
+		var procs []ProcID
+		for _, r := range g {
+			if len(procs) == 0 || procs[len(procs)-1] != r.p {
+				procs = append(procs, r.p)
+			}
+		}
+		out = append(out, procs)
+	}
+	return out, nil
+}
+
+// fdHasInode reports whether ROOT/PID/fdinfo/FD names inode want. The
+// link is read first: it costs one call, and only control files (and
+// anything else named like them) go on to fdinfo.
+func (t *ProcTree) fdHasInode(pid, fd, want string) bool {
+	link, err := os.Readlink(filepath.Join(t.root, pid, "fd", fd))
+	if err != nil {
+		return false
+	}
+	base := filepath.Base(strings.TrimSuffix(link, " (deleted)"))
+	if base != ControlName(KindDir) && base != ControlName(KindNewDir) && base != ControlName(KindUsage) {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(t.root, pid, "fdinfo", fd))
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "ino:"); ok {
+			return strings.TrimSpace(v) == want
+		}
+	}
+	return false
+}
+
+// kcmpFile is KCMP_FILE of kcmp(2).
+const kcmpFile = 0
+
+// sameFile reports whether descriptor fd1 of pid1 and fd2 of pid2 are one
+// open file description. An error (no ptrace access, no kcmp) counts as
+// "not the same".
+func sameFile(pid1, fd1, pid2, fd2 int) bool {
+	if pid1 == pid2 && fd1 == fd2 {
+		return true
+	}
+	r, _, errno := unix.Syscall6(unix.SYS_KCMP, uintptr(pid1), uintptr(pid2), kcmpFile, uintptr(fd1), uintptr(fd2), 0)
+	return errno == 0 && r == 0
+}
