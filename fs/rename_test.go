@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lockfs/lockfs/internal/testutil"
 )
@@ -102,6 +103,11 @@ func TestRenameOfLockedDirectoryIsBusy(t *testing.T) {
 	}
 	if err := os.Rename(m.path("r/c"), m.path("r/a/c")); err != nil {
 		t.Errorf("rename of a free directory into a locked one: %v", err)
+	}
+	// The protocol's way to rename: under the parent's exclusive lock.
+	m.mkdir("s/e")
+	if code, out := runExit(t, 10*time.Second, "flock", "-x", m.path("s/.lock"), "mv", m.path("s/e"), m.path("s/f")); code != 0 {
+		t.Errorf("mv under the parent's exclusive lock: exit %d: %s", code, out)
 	}
 }
 
