@@ -40,6 +40,11 @@ type Config struct {
 	// MetaOps is the number of create+stat+unlink cycles per repetition.
 	MetaOps int
 
+	// TreeFiles is the size of the tree the cold walks cover; TreeReps
+	// the repetitions of each walk (each is long: fewer than Reps).
+	TreeFiles int
+	TreeReps  int
+
 	// DisjointProcs are the process counts of the disjoint-lock throughput
 	// runs, each DisjointDur long.
 	DisjointProcs []int
@@ -112,6 +117,8 @@ func DefaultConfig() Config {
 		HeldBase:      100,
 		SeqBytes:      256 << 20,
 		MetaOps:       2000,
+		TreeFiles:     50000,
+		TreeReps:      3,
 		DisjointProcs: []int{1, 2, 4, 8},
 		DisjointDur:   time.Second,
 		GCSTTL:        3 * time.Second,
@@ -150,6 +157,8 @@ func SmokeConfig() Config {
 		HeldBase:      10,
 		SeqBytes:      1 << 20,
 		MetaOps:       10,
+		TreeFiles:     300,
+		TreeReps:      1,
 		DisjointProcs: []int{1, 2, 4, 8},
 		DisjointDur:   50 * time.Millisecond,
 		GCSTTL:        time.Second,
@@ -176,8 +185,8 @@ func SmokeConfig() Config {
 // Validate checks the sizes.
 func (c Config) Validate() error {
 	switch {
-	case c.Reps < 1, c.PairOps < 1, c.CycleOps < 1, c.MetaOps < 1, c.GCSReps < 1:
-		return errors.New("bench: Reps, PairOps, CycleOps, MetaOps and GCSReps must be positive")
+	case c.Reps < 1, c.PairOps < 1, c.CycleOps < 1, c.MetaOps < 1, c.GCSReps < 1, c.TreeFiles < 1, c.TreeReps < 1:
+		return errors.New("bench: Reps, PairOps, CycleOps, MetaOps, TreeFiles, TreeReps and GCSReps must be positive")
 	case c.HandoffProcs < 2 || c.HandoffRounds < 1 || c.PollRounds < 1:
 		return errors.New("bench: a hand-off needs at least 2 processes and 1 round")
 	case c.HeldLocks < 1 || c.HeldBase < 1 || c.HeldBase > c.HeldLocks:

@@ -229,6 +229,7 @@ var RequiredKeys = []string{
 	"held_100k_rss_mb", "acquire_ratio_100k_vs_100",
 	"seq_read_ratio_vs_backing", "seq_write_ratio_vs_backing",
 	"meta_ops_ratio_vs_gofuse",
+	"tree_walk_ratio_vs_gofuse", "rss_after_forget_mb",
 	"gcs_writes_per_acquire", "gcs_writes_per_release", "gcs_requests_local_handoff",
 	"gcs_refreshes_per_ttl", "gcs_takeover_s_minus_ttl",
 	"gcs_writes_cold_acquire_release_depth4", "gcs_writes_per_warm_iteration_depth4",

@@ -31,15 +31,24 @@ func (n *node) stat() (inodeStat, error) {
 func (n *node) Attr(ctx context.Context, a *fuse.Attr) error {
 	if ea, ok := ctx.Value(entryAttrKey{}).(*entryAttr); ok && ea.n == n {
 		ea.n = nil
-		fillAttr(&ea.st, a)
+		n.fillAttr(&ea.st, a)
 		return nil
 	}
 	st, err := n.stat()
 	if err != nil {
 		return n.fs.fail("getattr", n.path(), err)
 	}
-	fillAttr(&st, a)
+	n.fillAttr(&st, a)
 	return nil
+}
+
+// fillAttr fills a from st, the backing inode's attributes, and records
+// which version of a regular file the kernel may now cache (cache.go).
+func (n *node) fillAttr(st *inodeStat, a *fuse.Attr) {
+	fillAttr(st, a)
+	if n.ftype == unix.S_IFREG {
+		n.noteAttr(st)
+	}
 }
 
 // Attributes of a new entry. bazil answers a request that returns a node

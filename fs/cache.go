@@ -27,6 +27,10 @@ import (
 //     changed file has its cached pages and attributes invalidated before
 //     the lock is answered, so the locker reads what the previous holder
 //     wrote, wherever it wrote it (as NFS does).
+//   - attributes: the kernel may keep a file's attributes fileAttrValid.
+//     The daemon remembers the version it last gave (attrVer); an open or
+//     a lock grant that finds the file at another version invalidates
+//     them, so that the size the kernel reads up to is the file's.
 //   - writes, truncates and fallocates through this mount change the
 //     backing file and the kernel's cache alike: the daemon takes the
 //     backing file's version before and after, and if the version before
@@ -68,7 +72,7 @@ func (n *File) isSharedMemory() bool {
 
 // openCache records the version of the file just opened (st) and reports
 // whether the open may keep the kernel's cached pages.
-func (n *node) openCache(st *inodeStat, shared bool) bool {
+func (n *File) openCache(st *inodeStat, shared bool) bool {
 	if n.fs.cfg.KeepCacheUnsafe {
 		return true
 	}
@@ -76,8 +80,21 @@ func (n *node) openCache(st *inodeStat, shared bool) bool {
 	n.mu.Lock()
 	keep := n.cacheKnown && n.cacheVer == v && !shared
 	n.cacheVer, n.cacheKnown = v, true
+	staleAttr := n.attrVer != v
 	n.mu.Unlock()
+	if staleAttr {
+		// The kernel's size and times are older than the file: it would
+		// read only up to the old size until they expire.
+		n.fs.invalidateAttr(n)
+	}
 	return keep
+}
+
+// noteAttr records the version of the attributes given to the kernel.
+func (n *node) noteAttr(st *inodeStat) {
+	n.mu.Lock()
+	n.attrVer = versionOf(st)
+	n.mu.Unlock()
 }
 
 // noteChange records a change the daemon made to n's backing file, which
@@ -107,9 +124,13 @@ func (n *File) revalidate(st *inodeStat, force bool) {
 	n.mu.Lock()
 	stale := force || !n.cacheKnown || n.cacheVer != v
 	n.cacheVer, n.cacheKnown = v, true
+	staleAttr := n.attrVer != v
 	n.mu.Unlock()
-	if stale {
-		n.fs.invalidateData(n)
+	switch {
+	case stale:
+		n.fs.invalidateData(n) // attributes included
+	case staleAttr:
+		n.fs.invalidateAttr(n)
 	}
 }
 
@@ -158,6 +179,18 @@ func (n *File) revalidateSiblings() {
 		if sib != nil {
 			sib.revalidate(&st, false)
 		}
+	}
+}
+
+// invalidateAttr drops the kernel's cached attributes of n (a negative
+// offset: attributes only; offset 0 would drop every cached page too).
+func (f *FS) invalidateAttr(n fusefs.Node) {
+	srv := f.server.Load()
+	if srv == nil {
+		return
+	}
+	if err := srv.InvalidateNodeDataRange(n, -1, 0); err != nil && !errors.Is(err, fuse.ErrNotCached) {
+		f.log.WithError(err).Warn("invalidating the kernel's attributes of a file")
 	}
 }
 

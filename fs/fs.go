@@ -92,20 +92,24 @@ var (
 	// component of every path.
 	dirAttrValid = time.Second
 	// fileAttrValid is how long the kernel may keep the attributes of
-	// anything else. 0: every stat(2) and every open(2) asks, so that a
-	// file changed directly in SOURCE shows its new size and times at once
-	// (close-to-open consistency).
-	fileAttrValid = time.Duration(0)
+	// anything else. A change made in SOURCE directly or through another
+	// mount shows within it, and at once after an open or a lock grant on
+	// the file (cache.go revalidates them there: close-to-open and lock
+	// consistency). 0 cost four GETATTRs per create+stat+unlink cycle.
+	fileAttrValid = time.Second
 )
 
 // FS is one mount: the passthrough of Config.Source and, through
 // control.go, the control files. It implements bazil's fusefs.FS.
 //
 // LOCK ORDERING: nodesMu, treeMu, staleMu, node.mu, fileHandle.mu,
-// ownersMu and fileLockOwner.mu are leaves: none is held while taking another, except
-// fileHandle.mu → ownersMu (filelock.go). None is held across a syscall
-// that can block for long (each is held at most across a non-blocking
-// fcntl, dup or close).
+// ownersMu, fileLockOwner.mu and releaseMu are leaves: none is held while
+// taking another, except fileHandle.mu → ownersMu (filelock.go). None is
+// held across a syscall that can block for long (each is held at most
+// across a non-blocking fcntl, dup or close), except shmTwin.mu, which is
+// held across a pread or pwrite of a shared-memory file and taken before
+// none of the others (shm.go). No lock is held while the kernel is asked
+// to invalidate its cache (cache.go): that can send requests back.
 type FS struct {
 	// Dependencies
 	cfg Config
@@ -133,6 +137,13 @@ type FS struct {
 
 	// closed is set by Close.
 	closed atomic.Bool
+	// forgotten counts the nodes the kernel forgot (memory.go).
+	forgotten atomic.Int64
+	// releaseMu guards release.
+	releaseMu sync.Mutex
+	// release is the scheduled return of memory after a burst of
+	// FORGETs (memory.go). GUARDED_BY(releaseMu)
+	release *time.Timer
 	// server is the bazil server serving the mount, set by Serve: the
 	// kernel's caches are invalidated through it (cache.go).
 	server atomic.Pointer[fusefs.Server]
@@ -222,6 +233,7 @@ func (f *FS) Close() error {
 	if f.closed.Swap(true) {
 		return nil
 	}
+	f.stopRelease()
 	f.ownersMu.Lock()
 	owners := f.owners
 	f.owners = make(map[ownerKey]*fileLockOwner)

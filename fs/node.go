@@ -63,6 +63,10 @@ type node struct {
 	// (cache.go). GUARDED_BY(mu)
 	cacheVer   fileVersion
 	cacheKnown bool
+	// attrVer is the version of the last attributes of a regular file
+	// given to the kernel, which may keep them fileAttrValid.
+	// GUARDED_BY(mu)
+	attrVer fileVersion
 	// twin is a shared-memory file's copy of the kernel's cached pages
 	// (shm.go), made on first use. GUARDED_BY(mu)
 	twin *shmTwin
@@ -256,9 +260,14 @@ func (f *FS) lookupNode(key inodeKey) passNode {
 // Forget drops the node from the inode map once the kernel forgets it.
 func (n *node) Forget() {
 	n.fs.nodesMu.Lock()
-	defer n.fs.nodesMu.Unlock()
-	if cur, ok := n.fs.nodes[n.key]; ok && cur.base() == n && n != &n.fs.root.node {
+	cur, ok := n.fs.nodes[n.key]
+	forgot := ok && cur.base() == n && n != &n.fs.root.node
+	if forgot {
 		delete(n.fs.nodes, n.key)
+	}
+	n.fs.nodesMu.Unlock()
+	if forgot {
+		n.fs.noteForget()
 	}
 }
 

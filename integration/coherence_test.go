@@ -5,8 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // Data coherence across mounts of one SOURCE and SOURCE itself (SPEC §1
@@ -245,5 +248,106 @@ print("reopened", os.pread(fd2, 64, 0).decode(), flush=True)
 		m := mount(t, withEnv(keepCacheEnv))
 		check(t, m, "flock", false)
 		check(t, m, "lockf", false)
+	})
+}
+
+// TestAttributesFromSource: the kernel keeps a file's attributes for up to
+// a second (docs/DATA-PATH.md "Attributes and names"); a change made in
+// SOURCE shows through the mount at once after a lock on the file is
+// granted, and within the bound without one. New names show at once, and a
+// name renamed away in SOURCE stops resolving within the bound. The
+// control keeps the cache regardless: right after the lock it still shows
+// the old attributes, so the check after the lock can fail.
+func TestAttributesFromSource(t *testing.T) {
+	// afterLock changes file in SOURCE with change, takes and drops a
+	// flock through the mount, and returns the mode and size stat(2) then
+	// shows through the mount.
+	afterLock := func(t *testing.T, m *Mount, name string, change func(src string)) (os.FileMode, int64) {
+		t.Helper()
+		if err := os.WriteFile(m.srcPath("c", name), []byte("12345"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(m.path("c", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := os.Stat(m.path("c", name)); err != nil { // cached from here
+			t.Fatal(err)
+		}
+		change(m.srcPath("c", name))
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+			t.Fatal(err)
+		}
+		defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		fi, err := os.Stat(m.path("c", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Mode(), fi.Size()
+	}
+	chmod := func(p string) {
+		if err := os.Chmod(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grow := func(p string) {
+		if err := os.WriteFile(p, []byte("1234567890"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, dm := range dataModes {
+		t.Run(dm.name, func(t *testing.T) {
+			m := mount(t, withArgs(dm.args...))
+			if mode, _ := afterLock(t, m, "chmod", chmod); mode.Perm() != 0o600 {
+				t.Errorf("chmod 600 in SOURCE: after a lock the mount shows %v", mode)
+			}
+			if _, size := afterLock(t, m, "grow", grow); size != 10 {
+				t.Errorf("file grown to 10 bytes in SOURCE: after a lock the mount shows %d", size)
+			}
+			// Without a lock: within the bound (generous: a loaded machine).
+			p := m.path("c", "chmod")
+			if err := os.Chmod(m.srcPath("c", "chmod"), 0o640); err != nil {
+				t.Fatal(err)
+			}
+			if !testutil.Poll(10*time.Second, func() bool {
+				fi, err := os.Stat(p)
+				return err == nil && fi.Mode().Perm() == 0o640
+			}) {
+				t.Errorf("chmod 640 in SOURCE not seen through the mount within 10s")
+			}
+			// A new name: at once.
+			if _, err := os.Stat(m.path("c", "new")); !os.IsNotExist(err) {
+				t.Fatalf("stat of a missing name: %v", err)
+			}
+			if err := os.WriteFile(m.srcPath("c", "new"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(m.path("c", "new")); err != nil {
+				t.Errorf("a file created in SOURCE is not seen at once: %v", err)
+			}
+			// A rename in SOURCE: the new name at once, the old one gone
+			// within the bound.
+			if err := os.Rename(m.srcPath("c", "new"), m.srcPath("c", "renamed")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(m.path("c", "renamed")); err != nil {
+				t.Errorf("a name renamed to in SOURCE is not seen at once: %v", err)
+			}
+			if !testutil.Poll(10*time.Second, func() bool {
+				_, err := os.Stat(m.path("c", "new"))
+				return os.IsNotExist(err)
+			}) {
+				t.Errorf("a name renamed away in SOURCE still resolves through the mount after 10s")
+			}
+		})
+	}
+	t.Run("control", func(t *testing.T) {
+		m := mount(t, withEnv(keepCacheEnv))
+		mode, _ := afterLock(t, m, "chmod", chmod)
+		_, size := afterLock(t, m, "grow", grow)
+		if mode.Perm() == 0o600 && size == 10 {
+			t.Errorf("with the cache kept regardless, a lock still showed the new attributes: the test could not fail")
+		}
 	})
 }

@@ -14,6 +14,7 @@ needs=(
 	python3:python3
 	sqlite3:sqlite3
 	stress-ng:stress-ng
+	rsync:rsync
 	gcc:gcc,libc6-dev
 	promtool:prometheus
 )
