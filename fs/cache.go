@@ -46,7 +46,8 @@ import (
 // daemon (to SOURCE), then drops them, so that the next access reads
 // SOURCE. A lock request on NAME-shm also revalidates NAME and NAME-wal,
 // the files whose consistency the WAL index's locks guard (SQLite takes
-// no lock on them while in WAL mode).
+// no lock on them while in WAL mode). A lock granted on NAME drops the
+// kernel's names NAME-journal and NAME-wal (invalidateJournalEntries).
 
 // fileVersion is what tells a changed backing file from an unchanged one.
 type fileVersion struct {
@@ -153,6 +154,37 @@ func (h *fileHandle) lockCache(unlock bool) {
 	n.revalidate(&st, shared)
 	if shared {
 		n.revalidateSiblings()
+	} else if !unlock {
+		n.invalidateJournalEntries()
+	}
+}
+
+// journalSuffixes name the files a lock on NAME guards in SQLite's
+// protocol: created and removed by the holder of NAME's locks.
+var journalSuffixes = []string{"-journal", "-wal"}
+
+// invalidateJournalEntries drops the kernel's names NAME-journal and
+// NAME-wal beside n (NAME), so that the lock holder's next look at them
+// asks SOURCE: the kernel keeps a name for entryValid, and a journal
+// removed by the previous holder on another mount would otherwise still
+// seem to exist (SQLite would take it for a hot journal and fail to open
+// it).
+func (n *File) invalidateJournalEntries() {
+	srv := n.fs.server.Load()
+	if srv == nil {
+		return
+	}
+	n.fs.treeMu.RLock()
+	if len(n.links) == 0 {
+		n.fs.treeMu.RUnlock()
+		return
+	}
+	l := n.links[0]
+	n.fs.treeMu.RUnlock()
+	for _, s := range journalSuffixes {
+		if err := srv.InvalidateEntry(l.dir, l.name+s); err != nil && !errors.Is(err, fuse.ErrNotCached) {
+			n.fs.log.WithError(err).Warn("invalidating the kernel's name of a journal")
+		}
 	}
 }
 

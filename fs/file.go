@@ -74,6 +74,14 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 	flags := want | unix.O_NONBLOCK
 	var st inodeStat
 	fd, err := n.openByName(flags, &st)
+	if err != nil && n.replaced() {
+		// A name of n now leads to another file (replaced in SOURCE
+		// behind the kernel's cache, which keeps attributes and names
+		// for a second): ESTALE makes the kernel look the name up again
+		// and open what is there now, not the old inode through a handle
+		// still open on it.
+		return nil, n.fs.fail("open", n.path(), err)
+	}
 	if err != nil {
 		of := n.borrowOpen(false)
 		if of == nil {
@@ -100,6 +108,19 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 		resp.Flags |= fuse.OpenKeepCache
 	}
 	return h, nil
+}
+
+// replaced reports whether one of n's names still exists in SOURCE (its
+// inode then is another one: openByName failed).
+func (n *File) replaced() bool {
+	for _, p := range n.paths() {
+		fd, err := openBeneath(n.fs.rootFd, p, unix.O_PATH|unix.O_NOFOLLOW, 0)
+		if err == nil {
+			closeFd(fd)
+			return true
+		}
+	}
+	return false
 }
 
 // newHandle wraps a backing descriptor of a regular file, opened with
