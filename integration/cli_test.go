@@ -234,3 +234,17 @@ func TestMountRefusesMountpointInsideSourceViaBind(t *testing.T) {
 	m := mount(t, withSource(b))
 	expectCode(t, "flock -n on the mount over the bind mount", flockN(t, m.path("inner/.lock")), 0)
 }
+
+// TestMountOptionFlag: lockfs mount -o takes the fstab options (the same
+// table as mount.fuse.lockfs), ignoring mount(8)'s generic ones.
+func TestMountOptionFlag(t *testing.T) {
+	m := mount(t, withArgs("-o", "on_lease_loss=SIGUSR1,_netdev,log-wait-over=2"))
+	if !strings.Contains(m.logText(), "on_lease_loss=SIGUSR1") {
+		t.Errorf("-o on_lease_loss=SIGUSR1 not in effect; log:\n%s", m.logText())
+	}
+	// Control: without -o, the default.
+	d := mount(t)
+	if !strings.Contains(d.logText(), "on_lease_loss=SIGTERM") {
+		t.Errorf("default on_lease_loss not SIGTERM; log:\n%s", d.logText())
+	}
+}

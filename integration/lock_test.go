@@ -132,6 +132,44 @@ except BlockingIOError:
 		expectCode(t, "not a lockfs directory", lockRun(t, t.TempDir(), "true"), 69)
 	})
 
+	t.Run("signals forwarded to COMMAND", func(t *testing.T) {
+		for sig, want := range map[syscall.Signal]string{syscall.SIGINT: "INT", syscall.SIGTERM: "TERM", syscall.SIGHUP: "HUP"} {
+			// COMMAND says which signal reached it and exits 3; lockfs
+			// lock passes the status on.
+			p := start(t, lockfsBin, "lock", dir, "--", "sh", "-c",
+				`trap 'echo INT; exit 3' INT; trap 'echo TERM; exit 3' TERM; trap 'echo HUP; exit 3' HUP; echo held; while :; do sleep 0.1; done`)
+			p.waitLine("held", 30*time.Second)
+			if err := syscall.Kill(p.pid(), sig); err != nil {
+				t.Fatal(err)
+			}
+			if line, _ := p.nextLine(30 * time.Second); line != want {
+				t.Errorf("COMMAND after %v to lockfs lock: %q, want %q", sig, line, want)
+			}
+			if code, ok := p.wait(30 * time.Second); !ok || code != 3 {
+				t.Errorf("lockfs lock after COMMAND exited 3 on %v: exit %d (ended %v), want 3", sig, code, ok)
+			}
+		}
+	})
+
+	t.Run("a signal while waiting ends the wait", func(t *testing.T) {
+		h := holder(t, m.path("a/.lock"))
+		p := start(t, lockfsBin, "lock", "-v", dir, "--", "echo", "ran")
+		if !testutil.Poll(30*time.Second, func() bool { return strings.Contains(p.stderr.String(), "waiting") }) {
+			t.Fatalf("lockfs lock does not say it waits: %q", p.stderr.String())
+		}
+		syscall.Kill(p.pid(), syscall.SIGTERM)
+		if code, ok := p.wait(30 * time.Second); !ok || code != 128+int(syscall.SIGTERM) {
+			t.Errorf("lockfs lock after SIGTERM while waiting: exit %d (ended %v), want %d", code, ok, 128+int(syscall.SIGTERM))
+		}
+		if line, ok := p.nextLine(time.Second); ok {
+			t.Errorf("COMMAND ran although the wait was ended: %q", line)
+		}
+		// Control: the holder still holds the lock; nothing was left behind.
+		expectCode(t, "flock -n while the first holder holds", flockN(t, m.path("a/.lock")), 1)
+		h.kill()
+		freeEventually(t, "after the holder ended", m.path("a/.lock"))
+	})
+
 	t.Run("token and lock in the environment", func(t *testing.T) {
 		var last uint64
 		for i := 0; i < 3; i++ {
