@@ -16,8 +16,10 @@ import (
 // anybody else's lookup, stat or readlink (each needs one for a moment).
 // So the handles of each uid (the fsuid of the request that opened them)
 // are capped at Config.MaxOpenPerUID: the user who reaches it gets EMFILE,
-// as from their own descriptor table, and everyone else is served. Control
-// files hold no descriptor and are not counted.
+// as from their own descriptor table, and everyone else is served. The
+// descriptor that carries a process's byte-range locks on a file
+// (filelock.go) counts too; at the cap a new one is refused with ENOLCK.
+// Control files hold no descriptor and are not counted.
 
 // handleCap counts open handles per uid.
 type handleCap struct {
@@ -50,6 +52,13 @@ func (c *handleCap) take(uid uint32) (ok, first bool) {
 	}
 	c.open[uid]++
 	return true, false
+}
+
+// count returns the number of handles counted for uid.
+func (c *handleCap) count(uid uint32) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.open[uid]
 }
 
 // give uncounts a handle of uid.

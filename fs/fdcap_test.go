@@ -171,3 +171,28 @@ func TestOpenCapPerUserControl(t *testing.T) {
 		t.Errorf("without a cap, another user was served although the hog filled the daemon's table (exit %d: %s)", code, out)
 	}
 }
+
+// TestOpenCapCountsLockCarriers: the descriptor that carries a process's
+// byte-range locks on a file counts towards its user's cap as a handle
+// does; at the cap a new carrier is refused with ENOLCK and released
+// carriers give their place back. Control: the same opens without the lock
+// stay within the cap.
+func TestOpenCapCountsLockCarriers(t *testing.T) {
+	m := newPTMountAt(t, t.TempDir(), t.TempDir(), func(c *Config) { c.MaxOpenPerUID = 2 })
+	for _, f := range []string{"f", "g"} {
+		if err := os.WriteFile(m.s(f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startPy(t, 0, 0)
+	p.must("ok", "open f %s", m.m("f"))
+	p.must("ok", "open g %s", m.m("g")) // control: two handles, at the cap
+	p.must("err ENOLCK", "lockf f ex nb")
+	p.must("ok", "close g")
+	testutil.Eventually(t, "the release of g", func() bool { return m.fs.handles.count(0) == 1 })
+	p.must("ok", "lockf f ex nb") // the carrier takes g's place
+	p.must("err EMFILE", "open g %s", m.m("g"))
+	p.must("ok", "close f") // a POSIX lock ends at any close: the carrier goes
+	testutil.Eventually(t, "the release of f and its carrier", func() bool { return m.fs.handles.count(0) == 0 })
+	p.must("ok", "open g %s", m.m("g"))
+}

@@ -60,8 +60,14 @@ type ownerKey struct {
 // fileLockOwner is the backing open file description that carries one
 // owner's byte-range locks on one inode.
 type fileLockOwner struct {
+	// Dependencies
+	handles *handleCap
+
 	// Constant data
 	key ownerKey
+	// uid is the user whose handle the descriptor is counted for
+	// (handleCap): it holds a descriptor of the daemon as a handle does.
+	uid uint32
 
 	// Mutable state
 	// pid is the process that last locked through this owner, reported
@@ -80,6 +86,7 @@ func (o *fileLockOwner) close() {
 	if o.fd >= 0 {
 		closeFd(o.fd)
 		o.fd = -1
+		o.handles.give(o.uid)
 	}
 }
 
@@ -103,11 +110,17 @@ func (h *fileHandle) ownerFor(owner fuse.LockOwner) (*fileLockOwner, error) {
 	o := f.owners[key]
 	f.ownersMu.Unlock()
 	if o == nil {
+		// A new carrier holds a descriptor: counted for the handle's
+		// user, who gets ENOLCK (no locks available) at the cap.
+		if err := f.takeHandle("lock", h.n.path, h.of.uid); err != nil {
+			return nil, syscall.ENOLCK
+		}
 		fd, err := openLockFd(h.of.fd)
 		if err != nil {
+			f.handles.give(h.of.uid)
 			return nil, err
 		}
-		fresh := &fileLockOwner{key: key, fd: fd}
+		fresh := &fileLockOwner{handles: f.handles, key: key, uid: h.of.uid, fd: fd}
 		f.ownersMu.Lock()
 		if cur := f.owners[key]; cur != nil {
 			o = cur
@@ -118,6 +131,7 @@ func (h *fileHandle) ownerFor(owner fuse.LockOwner) (*fileLockOwner, error) {
 		f.ownersMu.Unlock()
 		if o != fresh {
 			closeFd(fd)
+			f.handles.give(h.of.uid)
 		}
 	}
 	h.mu.Lock()
