@@ -47,9 +47,11 @@ import (
 //     with SA_RESTART): the request polls non-blocking attempts with
 //     jittered exponential backoff from 1 ms to 50 ms until it is granted
 //     or its context ends (an interrupt), and then answers EINTR. A waiter
-//     therefore gets the lock up to 50 ms after it is free, and there is
-//     no deadlock detection (EDEADLK) for ordinary files: a cycle of waits
-//     lasts until one of the waiters is interrupted.
+//     therefore gets the lock up to 50 ms after it is free.
+//   - Deadlocks: a byte-range wait (F_SETLKW) that would close a cycle of
+//     waits among this mount's lock owners fails with EDEADLK, as the
+//     kernel's does (filelock_deadlock.go). flock(2) waits, like the
+//     kernel's, have no deadlock detection.
 
 // ownerKey names one byte-range lock owner's locks on one backing inode.
 type ownerKey struct {
@@ -285,10 +287,17 @@ func (h *fileHandle) LockWait(ctx context.Context, req *fuse.LockWaitRequest) er
 			timer.Stop()
 		}
 	}()
+	posix := r.LockFlags&fuse.LockFlock == 0
+	if posix {
+		defer h.n.fs.rangeWaits.done(r.LockOwner)
+	}
 	for {
 		err := h.try(r)
 		if err != unix.EAGAIN && err != unix.EACCES {
 			return h.lockErr("lockwait", err)
+		}
+		if posix && h.closesCycle(r) {
+			return syscall.EDEADLK
 		}
 		// Jitter in [delay/2, delay): waiters do not poll in step.
 		d := delay/2 + rand.N(delay/2+1)
@@ -360,6 +369,15 @@ func (h *fileHandle) QueryLock(ctx context.Context, req *fuse.QueryLockRequest, 
 // ofdHolder returns the pid of the process whose owner holds the OFD lock
 // lk on inode, found in /proc/self/fdinfo of the owners' descriptors, or 0.
 func (f *FS) ofdHolder(inode inodeKey, except fuse.LockOwner, lk unix.Flock_t) int32 {
+	if o := f.ofdOwner(inode, except, lk); o != nil {
+		return o.pid.Load()
+	}
+	return 0
+}
+
+// ofdOwner returns the owner whose carrier holds the OFD lock lk on inode,
+// or nil (a lock taken on SOURCE directly, or released meanwhile).
+func (f *FS) ofdOwner(inode inodeKey, except fuse.LockOwner, lk unix.Flock_t) *fileLockOwner {
 	f.ownersMu.Lock()
 	var cands []*fileLockOwner
 	for k, o := range f.owners {
@@ -383,10 +401,10 @@ func (f *FS) ofdHolder(inode inodeKey, except fuse.LockOwner, lk unix.Flock_t) i
 			return nil
 		})
 		if found {
-			return o.pid.Load()
+			return o
 		}
 	}
-	return 0
+	return nil
 }
 
 // fdHoldsLock reports whether /proc/self/fdinfo/FD lists a lock of type typ

@@ -171,6 +171,10 @@ type FS struct {
 	// descriptor that carries that owner's byte-range locks (filelock.go).
 	// GUARDED_BY(ownersMu)
 	owners map[ownerKey]*fileLockOwner
+
+	// rangeWaits is the wait-for graph of byte-range lock waits, for
+	// deadlock detection (filelock_deadlock.go).
+	rangeWaits rangeWaits
 }
 
 var (
