@@ -268,12 +268,17 @@ func unescapeMount(s string) string {
 
 // rssMB returns the resident set size of process pid in MiB.
 func rssMB(pid int) (float64, error) {
+	return statusMB(pid, "VmRSS:")
+}
+
+// statusMB returns the field of /proc/PID/status (in kB there) in MiB.
+func statusMB(pid int, field string) (float64, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			var kb float64
 			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%f kB", &kb); err != nil {
 				return 0, err

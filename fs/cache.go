@@ -49,6 +49,12 @@ import (
 // no lock on them while in WAL mode). A lock granted on NAME drops the
 // kernel's names NAME-journal and NAME-wal (invalidateJournalEntries).
 
+// With FUSE passthrough none of this is needed for the data (reads,
+// writes and mmap go to the backing file's own page cache), and an open
+// that carries FOPEN_PASSTHROUGH must not carry FOPEN_KEEP_CACHE: the
+// kernel fails such an open with EIO. openCache's answer is for opens the
+// daemon serves.
+
 // fileVersion is what tells a changed backing file from an unchanged one.
 type fileVersion struct {
 	ino          uint64
