@@ -175,17 +175,32 @@ func newMemHost() *memHost {
 
 type memBackend struct {
 	host *memHost
+	// leases are the claims this backend holds, released by Close.
+	// GUARDED_BY(host.mu)
+	leases map[*memLease]bool
 }
 
 type memLease struct {
-	host *memHost
-	id   LockID
-	mode Mode
-	done chan struct{}
-	err  error
+	host    *memHost
+	backend *memBackend
+	id      LockID
+	mode    Mode
+	done    chan struct{}
+	err     error
 }
 
-func (b *memBackend) Close() error { return nil }
+// Close releases every claim still held, as Backend.Close must.
+func (b *memBackend) Close() error {
+	b.host.mu.Lock()
+	defer b.host.mu.Unlock()
+	for l := range b.leases {
+		delete(b.host.locks[l.id], l)
+		l.mode = 0
+	}
+	b.leases = nil
+	b.host.broadcastLocked()
+	return nil
+}
 
 // grantableLocked reports whether l may hold id in mode.
 func (h *memHost) grantableLocked(id LockID, l *memLease, mode Mode) bool {
@@ -237,10 +252,16 @@ func (b *memBackend) Claim(ctx context.Context, id LockID, mode Mode, wait bool)
 	b.host.mu.Lock()
 	b.host.claims++
 	b.host.mu.Unlock()
-	l := &memLease{host: b.host, id: id, done: make(chan struct{})}
+	l := &memLease{host: b.host, id: id, done: make(chan struct{}), backend: b}
 	if err := b.host.waitFor(ctx, id, l, mode, wait); err != nil {
 		return nil, err
 	}
+	b.host.mu.Lock()
+	if b.leases == nil {
+		b.leases = map[*memLease]bool{}
+	}
+	b.leases[l] = true
+	b.host.mu.Unlock()
 	return l, nil
 }
 
@@ -290,6 +311,8 @@ func (l *memLease) Release(ctx context.Context) error {
 	l.host.mu.Lock()
 	defer l.host.mu.Unlock()
 	delete(l.host.locks[l.id], l)
+	delete(l.backend.leases, l)
+	l.mode = 0
 	l.host.broadcastLocked()
 	return nil
 }
