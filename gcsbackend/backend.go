@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,24 +19,25 @@ import (
 
 // Compile-time checks.
 var (
-	_ lockmgr.Backend        = (*Backend)(nil)
-	_ lockmgr.Lease          = (*lease)(nil)
-	_ lockmgr.LeaseDescriber = (*lease)(nil)
+	_ lockmgr.HierarchicalBackend = (*Backend)(nil)
+	_ lockmgr.Lease               = (*lease)(nil)
+	_ lockmgr.LeaseDescriber      = (*lease)(nil)
 )
 
-// noWaitGiveUp bounds how long a claim without wait retries a failing GCS.
+// noWaitGiveUp bounds a claim without wait, whatever GCS does.
 const noWaitGiveUp = 3 * time.Second
 
 // errBackendClosed is returned by calls made after (or interrupted by) Close.
 var errBackendClosed = fmt.Errorf("gcs backend: %w", lockmgr.ErrClosed)
 
-// Backend is the gcs lockmgr.Backend: each host's claim on a lock is an
-// entry in the lock's object in a GCS bucket, kept alive by refreshes. It is
-// safe for concurrent use.
+// Backend is the gcs lockmgr.Backend: each host's claim on a lock is a
+// record of its session in the lock's object in a GCS bucket; one
+// heartbeat per host keeps them all alive. It is safe for concurrent use.
 //
-// LOCK ORDERING: Backend.mu before lease.mu before observations.mu. None is
-// held across a request, a sleep or a channel wait; a lease's writes are
-// serialised by its wsem channel instead.
+// LOCK ORDERING: a record's slot (ownRec.slot), then Backend.mu, then
+// session.mu or lease.mu, then observations.mu. No mutex is held across a
+// request, a sleep or a channel wait; a record's slot is, and serialises
+// the writes of one record.
 type Backend struct {
 	// Dependencies
 	client *storage.Client
@@ -46,43 +46,61 @@ type Backend struct {
 	clock  Clock
 
 	// Constant data
-	cfg     Config // with defaults
-	session string // random; every claim id of this backend starts with it and "."
+	cfg Config // with defaults
 	// unsafeWallExpiry is a test hook: judge expiry by comparing wall
 	// clocks, the broken design that the clock-offset tests must catch.
 	unsafeWallExpiry bool
+	// noVerify is a test hook: grant a claim once its record is written,
+	// without reading the hierarchy: the broken design the model-checked
+	// history must catch.
+	noVerify bool
 
 	// closeCtx is cancelled when Close begins: it ends waits and the
-	// refresher.
+	// background loops.
 	closeCtx    context.Context
 	closeCancel context.CancelFunc
 
-	stats counters
-	obs   *observations
-	ids   atomic.Uint64 // claim and write id counter
+	stats  counters
+	obs    *observations
+	wantID atomic.Uint64 // want object counter
+	// paused stops heartbeats (test hook: a host whose heartbeats stall).
+	paused atomic.Bool
+	// crashed: Close leaves everything in the bucket (test hook).
+	crashed atomic.Bool
+
+	// startSem serialises the start of a session (capacity 1).
+	startSem chan struct{}
+	// kick wakes the heartbeater (capacity 1).
+	kick chan struct{}
 
 	// Mutable state
 	mu sync.Mutex
 	// closed is set once Close began. GUARDED_BY(mu)
 	closed bool
-	// leases are the claims held and not yet released. GUARDED_BY(mu)
-	leases map[*lease]struct{}
-	// claims are the claim ids of this backend that a lease holds or a
-	// Claim call is making; other claims of this session are orphans.
+	// sess is the live session; nil before the first claim and after a
+	// loss. GUARDED_BY(mu)
+	sess *session
+	// recs are the records of this host in lock objects, held or warm, by
+	// object name. GUARDED_BY(mu)
+	recs map[string]*ownRec
+	// layoutLogged: objects of a foreign layout already logged. GUARDED_BY(mu)
+	layoutLogged map[string]bool
+	// wants are the wants addressed to this session at the last listing.
 	// GUARDED_BY(mu)
-	claims map[string]bool
-	// kick wakes the refresher (capacity 1).
-	kick chan struct{}
+	wants []want
+	// waiterChecked is when the session of a waiter with a want here was
+	// last judged. GUARDED_BY(mu)
+	waiterChecked map[string]time.Duration
 	// inflight counts API calls in progress. Add only under mu while !closed.
 	inflight sync.WaitGroup
-	// workers counts the refresher, its refresh goroutines and the clean-ups
-	// of abandoned claims. Add only under mu while !closed, or from a worker.
+	// workers counts the heartbeater, the want poller and background drops.
+	// Add only under mu while !closed, or from a worker.
 	workers sync.WaitGroup
 }
 
-// New connects to the bucket and starts the backend's refresher. It makes no
-// request: a bucket that does not exist or cannot be written shows up on the
-// first claim.
+// New connects to the bucket and starts the backend's heartbeater and
+// want poller. It makes no request: the session is started by the first
+// claim.
 func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -99,8 +117,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gcsbackend: storage client: %w", err)
 	}
-	// Every retry is ours: counted, bounded by the lease, resolved by
-	// reading back.
+	// Every retry is ours: counted, bounded, resolved by reading back.
 	client.SetRetry(storage.WithPolicy(storage.RetryNever))
 	log := cfg.Logger
 	if log == nil {
@@ -110,25 +127,32 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	closeCtx, closeCancel := context.WithCancel(context.Background())
 	b := &Backend{
-		client:      client,
-		bucket:      client.Bucket(cfg.Bucket),
-		log:         log.WithFields(logrus.Fields{"backend": "gcs", "bucket": cfg.Bucket, "host": cfg.HostID}),
-		clock:       cfg.Clock,
-		cfg:         cfg,
-		session:     randomHex(8),
-		closeCtx:    closeCtx,
-		closeCancel: closeCancel,
-		obs:         newObservations(),
-		leases:      make(map[*lease]struct{}),
-		claims:      make(map[string]bool),
-		kick:        make(chan struct{}, 1),
+		client:        client,
+		bucket:        client.Bucket(cfg.Bucket),
+		log:           log.WithFields(logrus.Fields{"backend": "gcs", "bucket": cfg.Bucket, "host": cfg.HostID}),
+		clock:         cfg.Clock,
+		cfg:           cfg,
+		closeCtx:      closeCtx,
+		closeCancel:   closeCancel,
+		obs:           newObservations(),
+		startSem:      make(chan struct{}, 1),
+		kick:          make(chan struct{}, 1),
+		recs:          make(map[string]*ownRec),
+		layoutLogged:  make(map[string]bool),
+		waiterChecked: make(map[string]time.Duration),
 	}
-	b.workers.Add(1)
-	go b.refresher()
+	b.workers.Add(2)
+	go b.heartbeater()
+	go b.wantPoller()
 	return b, nil
 }
 
-// HostID returns the id this backend writes into its claims.
+// ClaimsHierarchy says that a claim checks the ancestors (and, for an
+// exclusive directory claim, everything below) itself: the engine asks for
+// no ancestor claims.
+func (b *Backend) ClaimsHierarchy() bool { return true }
+
+// HostID returns the id this backend writes into its records.
 func (b *Backend) HostID() string { return b.cfg.HostID }
 
 // Config returns the backend's configuration, defaults filled in.
@@ -137,14 +161,14 @@ func (b *Backend) Config() Config { return b.cfg }
 // Stats returns the request and event counts so far.
 func (b *Backend) Stats() Stats { return b.stats.snapshot() }
 
-// Claim takes this host's claim on id in mode. Without wait it fails with
-// lockmgr.ErrWouldBlock if another host holds a live conflicting claim;
-// with wait it polls the lock object with reads, with jittered backoff from
-// 50ms to 1s, until the claim is granted or ctx ends. A claim of another
-// host that this backend has seen unchanged for its stale period is removed
-// by the granting write. If GCS keeps failing for UnavailableAfter (3s at
-// most without wait), Claim fails with an error wrapping
-// lockmgr.ErrUnavailable.
+// Claim takes this host's claim on id in mode: a record of this host's
+// session in id's object, granted once no live record of another session
+// conflicts with it there, on an ancestor's directory lock, or (for an
+// exclusive directory claim) anywhere below. A record kept from an earlier
+// claim is taken again with no request. Without wait a conflict gives
+// lockmgr.ErrWouldBlock, and the call answers within 3s whatever GCS does
+// (lockmgr.ErrUnavailable past that); with wait it polls with reads and
+// asks the holders to give their records up, until granted or ctx ends.
 func (b *Backend) Claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mode, wait bool) (lockmgr.Lease, error) {
 	l, err := b.claimCall(ctx, id, mode, wait)
 	if err != nil {
@@ -167,131 +191,92 @@ func (b *Backend) claimCall(ctx context.Context, id lockmgr.LockID, mode lockmgr
 	defer b.inflight.Done()
 	ctx, cancel := b.withClose(ctx)
 	defer cancel()
-
-	claim := b.newClaimID()
-	b.mu.Lock()
-	b.claims[claim] = true
-	b.mu.Unlock()
-	l, err := b.claim(ctx, id, name, claim, mode, wait)
+	giveUp := b.cfg.UnavailableAfter
+	var bound context.Context
+	if !wait {
+		// flock -n answers within noWaitGiveUp, whatever GCS does.
+		giveUp = min(giveUp, noWaitGiveUp)
+		var stop context.CancelFunc
+		bound, stop = context.WithTimeoutCause(ctx, giveUp, errNoWaitBound)
+		defer stop()
+		ctx = bound
+	}
+	l, err := b.claim(ctx, id, name, mode, wait, giveUp)
 	if err != nil {
-		b.mu.Lock()
-		delete(b.claims, claim)
-		b.mu.Unlock()
-		if b.closeCtx.Err() != nil && ctx.Err() != nil {
+		switch {
+		case b.closeCtx.Err() != nil && ctx.Err() != nil:
 			return nil, errBackendClosed
+		case bound != nil && context.Cause(bound) == errNoWaitBound:
+			return nil, fmt.Errorf("%w: no answer from GCS within %v", lockmgr.ErrUnavailable, giveUp)
 		}
 		return nil, err
 	}
-	b.mu.Lock()
-	closed := b.closed
-	if !closed {
-		b.leases[l] = struct{}{}
-	}
-	b.mu.Unlock()
-	if closed {
-		rctx, cancel := context.WithTimeout(context.Background(), b.cfg.UnavailableAfter)
-		l.release(rctx)
-		cancel()
-		return nil, errBackendClosed
-	}
 	b.stats.claims.Add(1)
-	b.wake()
 	return l, nil
 }
 
-// claim runs the claim protocol: read, judge, write; poll while blocked.
-func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, name, claim string, mode lockmgr.Mode, wait bool) (*lease, error) {
-	poll := b.newPoll()
-	lastGen := int64(-1)
-	for {
-		var takeovers int
-		o := mutateOpts{}
-		if !wait {
-			// flock -n should not hang through an outage.
-			o.giveUp = min(b.cfg.UnavailableAfter, noWaitGiveUp)
-		}
-		res, err := b.mutate(ctx, name, o, func(cur snapshot) (*record, error) {
-			v := b.judge(name, cur.rec, mode, claim, b.clock.Now())
-			if len(v.blockers) > 0 {
-				return nil, &errBlocked{v: v, gen: cur.gen}
-			}
-			rec := cur.rec.clone(id.String())
-			rec.Holders = rec.without(v.removable)
-			takeovers = len(v.removable)
-			rec.Epoch++
-			wall := b.wallNow()
-			rec.Holders = append(rec.Holders, entry{
-				Claim: claim, Host: b.cfg.HostID, Mode: modeName(mode), Seq: 1, Epoch: rec.Epoch,
-				TTLMillis: b.cfg.TTL.Milliseconds(), StaleMillis: b.cfg.staleAfter().Milliseconds(),
-				Since: wall, Refreshed: wall,
-			})
-			return rec, nil
-		}, func(r *record) bool { return r.find(claim) != nil })
+// errNoWaitBound ends a claim without wait that GCS did not let finish in
+// time.
+var errNoWaitBound = errors.New("bound of a claim without wait")
 
-		var blocked *errBlocked
-		var amb *errAmbiguous
-		switch {
-		case err == nil:
-			b.stats.takeovers.Add(uint64(takeovers))
-			if takeovers > 0 {
-				b.log.WithFields(logrus.Fields{"lock": id.String(), "claims": takeovers}).
-					Info("removed stale claims of other hosts")
-			}
-			return b.newLease(ctx, id, name, claim, res)
-		case errors.As(err, &blocked):
-			if !wait {
-				return nil, lockmgr.ErrWouldBlock
-			}
-			if blocked.gen != lastGen {
-				poll.reset() // the object changed: it may change again soon
-				lastGen = blocked.gen
-			}
-			d := poll.next()
-			if at := blocked.v.nextStale; at != 0 {
-				// Wake when the first blocker turns stale, not a poll later.
-				d = min(d, max(at-b.clock.Now(), time.Millisecond))
-			}
-			if err := b.sleep(ctx, d); err != nil {
-				return nil, err
-			}
-		case errors.As(err, &amb):
-			b.abandon(name, claim, amb.base)
-			return nil, err
-		default:
+// claim runs the claim protocol on id's record.
+func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, name string, mode lockmgr.Mode, wait bool, giveUp time.Duration) (*lease, error) {
+	s, err := b.ensureSession(ctx, giveUp)
+	if err != nil {
+		return nil, err
+	}
+	// Another host's waiter asked for this lock (or one it conflicts
+	// with): let it have its turn first.
+	for w := b.deferTo(id, mode); w != nil; w = b.deferTo(id, mode) {
+		if !b.wantStands(ctx, w) {
+			continue
+		}
+		if !wait {
+			return nil, lockmgr.ErrWouldBlock
+		}
+		if err := b.sleep(ctx, jitter(b.cfg.WantPoll)); err != nil {
 			return nil, err
 		}
 	}
+	r := b.recFor(name, id, s)
+	if err := r.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer r.unlock()
+	if err := s.err(b.clock.Now()); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	// Only a record of the very mode is taken again as it is: an
+	// exclusive record kept for a shared claim would keep other hosts'
+	// shared claims out for nothing.
+	warm := r.present && r.mode == mode && !r.wanted && r.lease == nil
+	b.mu.Unlock()
+	if warm {
+		b.stats.warmClaims.Add(1)
+		return b.newLease(r), nil
+	}
+	if err := b.acquireRec(ctx, r, mode, wait, giveUp, 0); err != nil {
+		b.mu.Lock()
+		if !r.present && r.lease == nil && b.recs[name] == r {
+			delete(b.recs, name)
+		}
+		b.mu.Unlock()
+		return nil, err
+	}
+	return b.newLease(r), nil
 }
 
-// abandon resolves a claim write whose caller gave up while it was in
-// flight, in the background: if it landed, the claim is removed; if it may
-// still land, the object is rewritten unchanged on the same condition, so
-// that it never can. Meanwhile the claim id stays an orphan that this
-// backend's own claims remove at once.
-func (b *Backend) abandon(name, claim string, base int64) {
-	// Called from a Claim in progress: Close has not begun waiting for
-	// workers, and will wait for this one.
-	b.workers.Add(1)
-	go func() {
-		defer b.workers.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.UnavailableAfter)
-		defer cancel()
-		_, err := b.mutate(ctx, name, mutateOpts{}, func(cur snapshot) (*record, error) {
-			if cur.rec.find(claim) != nil {
-				rec := cur.rec.clone("")
-				rec.Holders = rec.without(map[string]bool{claim: true})
-				return rec, nil
-			}
-			if cur.gen == base {
-				return cur.rec.clone(""), nil // fence: the old write can no longer land
-			}
-			return nil, errNoChange
-		}, func(r *record) bool { return r.find(claim) == nil })
-		if err != nil {
-			b.log.WithError(err).WithField("object", name).
-				Warn("could not clean up an abandoned claim; it will expire after its TTL")
-		}
-	}()
+// recFor returns this session's record handle for object name, creating it.
+func (b *Backend) recFor(name string, id lockmgr.LockID, s *session) *ownRec {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.recs[name]
+	if r == nil || r.sess != s {
+		r = &ownRec{id: id, name: name, sess: s, slot: make(chan struct{}, 1), wantedBy: map[string]bool{}}
+		b.recs[name] = r
+	}
+	return r
 }
 
 // enter registers an API call in progress, or fails once Close has begun.
@@ -314,9 +299,11 @@ func (b *Backend) withClose(ctx context.Context) (context.Context, context.Cance
 }
 
 // Close makes later calls fail with lockmgr.ErrClosed, ends the waits in
-// progress and the refresher, releases every claim still held (one
-// conditional write each, within UnavailableAfter), waits for every
-// goroutine of the backend and closes the client. A second call returns nil.
+// progress and the background loops, drops every record of the session
+// (one conditional write each, 32 at a time, each within
+// UnavailableAfter), deletes the
+// session object, waits for every goroutine of the backend and closes the
+// client. A second call returns nil.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -331,69 +318,60 @@ func (b *Backend) Close() error {
 	b.workers.Wait()
 
 	b.mu.Lock()
-	leases := make([]*lease, 0, len(b.leases))
-	for l := range b.leases {
-		leases = append(leases, l)
+	s := b.sess
+	var recs []*ownRec
+	for _, r := range b.recs {
+		if r.present && r.sess == s {
+			recs = append(recs, r)
+		}
+		if r.lease != nil {
+			r.lease.markReleased()
+		}
 	}
 	b.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.UnavailableAfter)
-	defer cancel()
-	var (
-		wg   sync.WaitGroup
-		emu  sync.Mutex
-		errs []error
-		sem  = make(chan struct{}, 8)
-	)
-	for _, l := range leases {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			b.log.WithFields(logrus.Fields{"lock": l.id.String(), "mode": l.Mode().String()}).
-				Info("releasing claim still held at close")
-			if err := l.release(ctx); err != nil {
-				emu.Lock()
-				errs = append(errs, fmt.Errorf("release %s: %w", l.id, err))
-				emu.Unlock()
+	var errs []error
+	if s != nil && !b.crashed.Load() {
+		var (
+			wg  sync.WaitGroup
+			emu sync.Mutex
+			sem = make(chan struct{}, 32)
+		)
+		for _, r := range recs {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				ctx, cancel := context.WithTimeout(context.Background(), b.cfg.UnavailableAfter)
+				defer cancel()
+				if err := b.drop(ctx, r); err != nil {
+					emu.Lock()
+					errs = append(errs, fmt.Errorf("release %s: %w", r.id, err))
+					emu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if len(errs) == 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), b.cfg.UnavailableAfter)
+			defer cancel()
+			if err := b.endSession(ctx, s); err != nil {
+				errs = append(errs, err)
 			}
-		}()
+		}
 	}
-	wg.Wait()
 	if err := b.client.Close(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// forget drops a released or lost lease from the sets Close and the
-// refresher walk.
-func (b *Backend) forget(l *lease) {
-	b.mu.Lock()
-	delete(b.leases, l)
-	delete(b.claims, l.claim)
-	b.mu.Unlock()
-}
-
-// holdsClaim reports whether claim is held or being made by this backend.
-func (b *Backend) holdsClaim(claim string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.claims[claim]
-}
-
-// wake makes the refresher look at the leases again.
+// wake makes the heartbeater look at the session again.
 func (b *Backend) wake() {
 	select {
 	case b.kick <- struct{}{}:
 	default:
 	}
-}
-
-// newClaimID returns a claim id unique across hosts and time: the session
-// (random), ".", and a counter.
-func (b *Backend) newClaimID() string {
-	return b.session + "." + strconv.FormatUint(b.ids.Add(1), 10)
 }
 
 // newWriteID returns a random write id.
@@ -402,7 +380,9 @@ func (b *Backend) newWriteID() string {
 }
 
 // wallNow is the wall clock, shifted by the test-only ClockOffset. It is
-// written into entries for people to read, never used to decide.
+// written into records for people to read, and used as the first key of
+// the priority between two claims (both sides compare the same values),
+// never to judge expiry.
 func (b *Backend) wallNow() time.Time {
 	return time.Now().Add(b.cfg.ClockOffset).UTC().Truncate(time.Millisecond)
 }

@@ -12,6 +12,8 @@ const (
 	// failed with 429, 5xx or no answer.
 	retryMin = 50 * time.Millisecond
 	retryMax = time.Second
+	// conflictMin is where the backoff after a 412 starts.
+	conflictMin = 20 * time.Millisecond
 	// pollMin and pollMax bound the wait between two reads of a waiter.
 	pollMin = 50 * time.Millisecond
 	pollMax = time.Second
@@ -38,11 +40,17 @@ func (bo *backoff) next() time.Duration {
 func (bo *backoff) reset() { bo.d = bo.min }
 
 // newPoll returns a waiter's backoff: from pollMin up to pollMax, or an
-// eighth of the stale period if that is less, so that a waiter notices a
-// holder's last refresh within a small part of the time it then waits for
-// it to turn stale.
+// eighth of the TTL if that is less, so that a waiter notices a holder's
+// last heartbeat within a small part of the time it then waits for it to
+// turn stale.
 func (b *Backend) newPoll() *backoff {
-	return b.newBackoff(pollMin, max(pollMin, min(pollMax, b.cfg.staleAfter()/8)))
+	return b.newBackoff(pollMin, max(pollMin, min(pollMax, b.cfg.TTL/8)))
+}
+
+// jitter returns d shortened by up to a fifth, drawn uniformly, so that
+// periodic work of many hosts (heartbeats, want polls) spreads out.
+func jitter(d time.Duration) time.Duration {
+	return d - rand.N(d/5+1)
 }
 
 // sleep waits d on the backend's clock, or until ctx ends.

@@ -25,6 +25,10 @@ const (
 	// DefaultUnavailableAfter is how long GCS may fail to answer before a
 	// claim gives up with lockmgr.ErrUnavailable.
 	DefaultUnavailableAfter = 10 * time.Second
+	// DefaultWarmFor is how long a released claim stays warm.
+	DefaultWarmFor = 30 * time.Second
+	// DefaultWantPoll is how often a holder looks for waiters' requests.
+	DefaultWantPoll = time.Second
 )
 
 // Config configures a gcs Backend. Only Bucket is required; every other
@@ -48,14 +52,15 @@ type Config struct {
 	// talk to whatever that variable names.
 	Endpoint string
 
-	// TTL is the lease time to live. A host stops vouching for its claim
-	// TTL-Margin after its last successful refresh was sent; other hosts
-	// take a claim over once they have seen it unchanged for
-	// TTL+RefreshInterval, so a crashed host's locks outlive it by at least
-	// TTL. Default: DefaultTTL (30s).
+	// TTL is the session time to live. A host stops vouching for its
+	// claims TTL-Margin after its last heartbeat that landed was sent;
+	// other hosts declare its session dead once they have seen it
+	// unchanged for TTL, so a crashed host's locks outlive its last
+	// heartbeat by at least TTL. Default: DefaultTTL (30s).
 	TTL time.Duration
 
-	// RefreshInterval is how often a held claim is refreshed. It must be
+	// RefreshInterval is how often the session's heartbeat is written
+	// (each time shortened by up to a fifth, at random, to spread hosts). It must be
 	// less than TTL/2 (so that one failed refresh can be retried before the
 	// claim lapses) and less than TTL-Margin. Default: TTL/3.
 	RefreshInterval time.Duration
@@ -82,6 +87,16 @@ type Config struct {
 	// share one. Default: the hostname, "-", and 8 random hex digits, so a
 	// restarted daemon is a new host whose predecessor's claims expire.
 	HostID string
+
+	// WarmFor is how long a released claim's record is kept, idle, so
+	// that taking the lock again on this host costs no request; another
+	// host that asks for it gets it at once. Negative: never kept.
+	// Default: DefaultWarmFor (30s).
+	WarmFor time.Duration
+
+	// WantPoll is how often a host with records looks for other hosts'
+	// requests to give them up. Default: DefaultWantPoll (1s).
+	WantPoll time.Duration
 
 	// Logger receives the backend's log lines. Nil discards them.
 	Logger logrus.FieldLogger
@@ -125,6 +140,12 @@ func (c Config) withDefaults() Config {
 	if c.UnavailableAfter == 0 {
 		c.UnavailableAfter = DefaultUnavailableAfter
 	}
+	if c.WarmFor == 0 {
+		c.WarmFor = DefaultWarmFor
+	}
+	if c.WantPoll == 0 {
+		c.WantPoll = DefaultWantPoll
+	}
 	if c.HostID == "" {
 		h, err := os.Hostname()
 		if err != nil || h == "" {
@@ -161,6 +182,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gcsbackend: refresh interval %v must be under TTL-margin (%v)", d.RefreshInterval, d.TTL-d.Margin)
 	case d.RequestTimeout <= 0 || d.RequestTimeout >= d.TTL-d.Margin:
 		return fmt.Errorf("gcsbackend: request timeout %v must be positive and under TTL-margin (%v)", d.RequestTimeout, d.TTL-d.Margin)
+	case d.WantPoll < 10*time.Millisecond:
+		return fmt.Errorf("gcsbackend: want poll interval %v is under 10ms", d.WantPoll)
 	case d.UnavailableAfter <= 0:
 		return fmt.Errorf("gcsbackend: UnavailableAfter %v must be positive", d.UnavailableAfter)
 	case len(d.HostID) > 200 || strings.ContainsFunc(d.HostID, func(r rune) bool { return r < ' ' || r == 0x7f }) || !utf8.ValidString(d.HostID):
@@ -197,10 +220,6 @@ func validEndpoint(ep string) bool {
 // vouch is how long after a successful write was sent the holder vouches
 // for its claim.
 func (c Config) vouch() time.Duration { return c.TTL - c.Margin }
-
-// staleAfter is how long other hosts must see a claim of this host
-// unchanged before they may remove it; it is written into every entry.
-func (c Config) staleAfter() time.Duration { return c.TTL + c.RefreshInterval }
 
 // Clock is a monotonic clock. The backend measures every lease duration
 // with it and never compares readings of two hosts.

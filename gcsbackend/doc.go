@@ -1,94 +1,78 @@
-// Package gcsbackend is lockfs's "gcs" lock backend: each host's claim on a
-// lock is an entry in that lock's object in a Google Cloud Storage bucket,
-// so that lockfs daemons on many hosts share one lock namespace with no lock
-// server. docs/GCS-PROTOCOL.md states the protocol and argues its safety and
-// liveness; this comment is the map of the code.
+// Package gcsbackend is lockfs's "gcs" lock backend: each host keeps one
+// session in a Google Cloud Storage bucket, and its claim on a lock is a
+// record of that session in the lock's object, so that lockfs daemons on
+// many hosts share one lock namespace with no lock server.
+// docs/GCS-PROTOCOL.md states the protocol (object layout version 2) and
+// argues its safety and liveness; this comment is the map of the code.
 //
 // # What the backend decides
 //
-// The engine (lockmgr) arbitrates between the processes of one host and
-// asks the backend for one claim per lock per host, in the strongest mode
-// the host needs; implicit ancestor holds are claims on the ancestors'
-// locks. So the backend only makes host-level claims on single locks safe
-// across hosts: shared claims of many hosts coexist, an exclusive claim
-// excludes every other. The hierarchy across hosts follows.
+// The engine (lockmgr) arbitrates between the processes of one host. The
+// backend is a lockmgr.HierarchicalBackend: the engine asks it for the
+// claim of each lock held explicitly, never for ancestors, and the backend
+// makes that claim safe across hosts including the hierarchy (ancestors'
+// exclusive claims, and for an exclusive directory claim, everything below).
 //
-// # Objects and records (object.go)
+// # Objects (object.go, session.go, wants.go)
 //
-// The lock a/b/.lock is the object PREFIX/locks/a/b/.lock. It holds a JSON
-// record: an epoch counter, the write id of its last write, and one entry
-// per claim (claim id, host, mode, Seq, epoch, the period after which others
-// may judge it stale). Objects are never deleted: the epoch must survive.
+// PREFIX/sessions/<sid> is a host's session; PREFIX/locks/a/b/.lock the
+// record of one lock (epoch, one claim per session; metadata summarises the
+// claims for listings; never deleted); PREFIX/wants/<holder>/<waiter>-<n> a
+// waiter's request that a holder give a record up.
 //
 // # Requests (store.go, mutate.go)
 //
-// Two requests only: a read of the object's content (with its generation),
-// and an upload conditional on the generation read (DoesNotExist for the
-// first version). No PATCH, no delete, no metadata update: the emulator
-// honours preconditions on uploads only. The client library's retries are
-// off; mutate retries 429, 5xx and missing answers with jittered backoff,
-// and resolves a write whose reply was lost by reading back: the write id
-// or the write's effect in the record means it landed; an unchanged
-// generation means the same bytes may be sent again; a new generation
-// without the effect means it never will land.
+// Reads, conditional uploads, listings with metadata, and deletes of
+// session and want objects. The client library's retries are off; mutate
+// retries 429, 5xx, missing answers and 412 with jittered backoff, counts
+// them towards UnavailableAfter, and resolves a write whose reply was lost
+// by reading back.
 //
-// # Claims and waiting (backend.go, observe.go)
+// # Sessions (session.go, observe.go)
 //
-// A claim reads the object, judges the other entries (observe.go), and, if
-// no live entry conflicts, writes its own entry with Seq 1 and a new epoch,
-// removing the entries it judged stale. A waiter polls with reads, with
-// jittered backoff from 50ms to 1s (or an eighth of the stale period),
-// waking early when a blocker is due to turn stale. A write is made only
-// when it can grant.
+// One heartbeat write per host about every RefreshInterval keeps every
+// claim alive; the host vouches until TTL-Margin after the send of its last
+// landed heartbeat, and loses every lease at once when that ends. Others
+// judge a session stale after seeing its generation unchanged for its TTL
+// on their own monotonic clock, and declare it dead with a conditional
+// write; records of dead sessions count as absent.
 //
-// An entry of another host is stale once this host has seen its Seq
-// unchanged for the entry's stale period (TTL + refresh interval of its
-// holder), measured on this host's monotonic clock from the first read that
-// showed that Seq. Observations are kept across calls, so repeated
-// non-blocking attempts see an abandoned claim expire. No wall clock is
-// compared with another host's.
+// # Claims (claim.go)
 //
-// # Leases (lease.go, refresh.go)
+// Scan (reads and listings in parallel), write the record into the lock's
+// own object (one conditional write, bumping the epoch), verify (the same
+// reads). A conflict seen after the write: the claim with priority keeps
+// its record and waits; the other withdraws. Waiters poll with reads.
 //
-// A lease vouches for its claim until TTL-Margin after the send of its
-// last write that landed; one refresher goroutine per backend refreshes
-// each lease every RefreshInterval (one conditional write, no read), marks
-// a lease lost when its validity ends, and every request of a refresh is
-// bounded by that validity. Err and Mode check the clock themselves, so a
-// lease reads as lost the moment it is, even if the refresher could not
-// run. A refresh or conversion that finds its entry gone loses the lease.
-// Done closes on loss.
+// # Warm records and wants (lease.go, wants.go)
 //
-// # Fencing tokens
+// A release keeps the record warm (no request); taking the lock again costs
+// none. A waiter asks the holder with a want object; the holder lists its
+// wants every WantPoll and drops what is asked for; a warm record idle for
+// WarmFor is dropped.
+//
+// # Fencing tokens (lease.go)
 //
 // NextToken returns epoch<<20 | n, n counting this host's grants under the
-// claim: no request, except a write for a new epoch every 2^20-1 tokens.
-// Tokens of conflicting grants increase in grant order across hosts and
-// restarts; concurrent shared grants of different hosts may interleave.
-//
-// # Conversion and upgrade deadlocks
-//
-// A downgrade is one write. An upgrade waits like a claim while keeping
-// the shared claim refreshed. Two hosts that both hold a lock shared and
-// both wait to upgrade would wait for ever: a waiting upgrader marks its
-// entry, and the one whose claim is younger gives way with an error
-// wrapping lockmgr.ErrDeadlock.
+// record: no request, except a new epoch every 2^20-1 tokens.
 //
 // # Errors
 //
 // A conflict without wait gives lockmgr.ErrWouldBlock; GCS failing for
-// UnavailableAfter gives lockmgr.ErrUnavailable; a lost lease
-// lockmgr.ErrLeaseLost; a call after Close lockmgr.ErrClosed; a malformed
-// LockID or Mode lockmgr.ErrInvalid; an ended wait ctx.Err().
+// UnavailableAfter (3s at most without wait) lockmgr.ErrUnavailable; a lost
+// session lockmgr.ErrLeaseLost; an object of another layout an error
+// wrapping ErrLayout and lockmgr.ErrUnavailable; a call after Close
+// lockmgr.ErrClosed; a malformed LockID or Mode lockmgr.ErrInvalid; an
+// ended wait ctx.Err().
 //
 // # Locking
 //
-// Backend.mu, then lease.mu, then the observations' mutex. None is held
-// across a request or a wait; the writes of one claim are serialised by
-// the lease's one-slot channel wsem. Every goroutine (the refresher, its
-// refreshes, the clean-up of a claim abandoned with its write in flight)
-// is counted in Backend.workers; Close cancels, waits for the API calls and
-// the workers, then releases the leases still held.
+// A record's slot (one operation on a record at a time), then Backend.mu,
+// then session.mu or lease.mu, then the observations' mutex. No mutex is
+// held across a request or a wait. Every goroutine (the heartbeater, the
+// want poller, background drops) is counted in Backend.workers; Close
+// cancels, waits for the API calls and the workers, then drops the records
+// and deletes the session.
 //
 // # Testing
 //

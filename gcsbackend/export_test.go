@@ -23,14 +23,14 @@ func (b *Backend) ObjectName(id lockmgr.LockID) string {
 }
 
 // ReadRecord reads a lock object as the backend does and returns its
-// generation and holders as "host:mode:seq" strings.
+// generation, epoch and records as "host:mode" strings.
 func (b *Backend) ReadRecord(ctx context.Context, name string) (gen int64, epoch uint64, holders []string, err error) {
 	s, _, err := b.read(ctx, name)
 	if err != nil || s.rec == nil {
 		return s.gen, 0, nil, err
 	}
-	for _, e := range s.rec.Holders {
-		holders = append(holders, e.Host+":"+e.Mode)
+	for _, c := range s.rec.Claims {
+		holders = append(holders, c.Host+":"+c.Mode)
 	}
 	return s.gen, s.rec.Epoch, holders, nil
 }
@@ -39,33 +39,45 @@ func (b *Backend) ReadRecord(ctx context.Context, name string) (gen int64, epoch
 // clock-offset tests must catch.
 func (b *Backend) SetUnsafeWallExpiry(on bool) { b.unsafeWallExpiry = on }
 
+// SetNoVerify turns off the hierarchy checks of claims (the scan before
+// the write and the verify after it): the broken design the model-checked
+// history must catch.
+func (b *Backend) SetNoVerify(on bool) { b.noVerify = on }
+
+// PauseHeartbeats stops (or restarts) the session's heartbeats, as a host
+// whose heartbeats stall would.
+func (b *Backend) PauseHeartbeats(on bool) {
+	b.paused.Store(on)
+	b.wake()
+}
+
 // Crash stops the backend as a killed daemon would: nothing is released,
-// refreshes stop, claims stay in the bucket until others judge them stale.
+// heartbeats stop, records and session stay in the bucket until others
+// judge the session dead.
 func (b *Backend) Crash() {
-	b.mu.Lock()
-	for l := range b.leases {
-		l.mu.Lock()
-		l.released = true
-		l.mu.Unlock()
-	}
-	clear(b.leases)
-	b.mu.Unlock()
+	b.crashed.Store(true)
 	b.Close()
 }
 
-// LeaseValidity returns a gcs lease's remaining validity and last landed
-// write's send time on the backend's clock.
-func LeaseValidity(l lockmgr.Lease) (lastSent, validUntil int64) {
-	x := l.(*lease)
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return int64(x.lastSent), int64(x.validUntil)
+// SessionID returns the live session's id, "" if none.
+func (b *Backend) SessionID() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sess == nil {
+		return ""
+	}
+	return b.sess.id
 }
 
-// LeaseSeq returns a gcs lease's Seq.
-func LeaseSeq(l lockmgr.Lease) uint64 {
-	x := l.(*lease)
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.seq
+// SessionValidity returns the live session's last landed heartbeat's send
+// time and the end of its validity on the backend's clock; zeros if none.
+func (b *Backend) SessionValidity() (lastSent, validUntil int64) {
+	b.mu.Lock()
+	s := b.sess
+	b.mu.Unlock()
+	if s == nil {
+		return 0, 0
+	}
+	ls, vu := s.validity()
+	return int64(ls), int64(vu)
 }

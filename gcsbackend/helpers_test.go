@@ -31,6 +31,7 @@ func newBackend(t *testing.T, emu *gcstest.Emulator, mod func(*gcsbackend.Config
 		Prefix:   "test/" + t.Name(),
 		Endpoint: emu.Endpoint(),
 		TTL:      testTTL,
+		WantPoll: 250 * time.Millisecond,
 		HostID:   fmt.Sprintf("host%d", hostSeq.Add(1)),
 		Logger:   testLogger(t),
 	}

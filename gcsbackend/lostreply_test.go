@@ -11,9 +11,10 @@ import (
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
-// Every write's reply is lost after the write landed: the claim, a refresh
-// and the release are each recognised by reading back, with no duplicate
-// claim left behind and nothing assumed.
+// Every write's reply is lost after the write landed: the session's
+// start, a heartbeat, the claim and the release (the record's drop) are
+// each recognised by reading back, with no duplicate record left behind
+// and nothing assumed.
 func TestLostRepliesRecognised(t *testing.T) {
 	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
@@ -22,7 +23,7 @@ func TestLostRepliesRecognised(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { px.Close() })
-	b := newBackend(t, emu, func(c *gcsbackend.Config) { c.Endpoint = gcstest.Endpoint(px.URL) })
+	b := newBackend(t, emu, func(c *gcsbackend.Config) { c.Endpoint = gcstest.Endpoint(px.URL); c.WarmFor = -1 })
 	other := newBackend(t, emu, nil)
 	ctx := ctxT(t, 30*time.Second)
 	id := dirLock("lost")
@@ -34,8 +35,8 @@ func TestLostRepliesRecognised(t *testing.T) {
 	if err != nil || len(holders) != 1 {
 		t.Fatalf("after a claim whose reply was lost: holders %v, %v; want exactly one", holders, err)
 	}
-	seq := gcsbackend.LeaseSeq(l)
-	waitFor(t, "a refresh", func() bool { return gcsbackend.LeaseSeq(l) > seq })
+	beats := b.Stats().Refreshes
+	waitFor(t, "a heartbeat", func() bool { return b.Stats().Refreshes > beats })
 	if err := l.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,18 @@ func TestLostRepliesRecognised(t *testing.T) {
 	s := b.Stats()
 	t.Logf("%d writes sent, %d landed with an answer, %d ambiguous, %d recognised; proxy %+v",
 		s.Writes, s.WritesOK, s.Ambiguous, s.Recognised, px.Stats())
-	if s.WritesOK != 0 || s.Recognised < 3 {
+	if s.WritesOK != 0 || s.Recognised < 4 {
 		t.Errorf("stats %+v: want every write recognised by reading back", s)
+	}
+}
+
+// waitFor polls cond in real time.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }

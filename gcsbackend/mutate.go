@@ -20,8 +20,8 @@ import (
 // 5xx) it may or may not have landed, and it may even still land later.
 // The writer then reads the object back:
 //
-//   - if the record shows the write's effect (its write id, or the claim's
-//     new Seq, or the claim gone for a release), the write landed: done;
+//   - if the record shows the write's effect (its write id, or the claim as
+//     written, or the claim gone for a release), the write landed: done;
 //   - else, if the generation is still the one the write was conditional
 //     on, nothing has landed yet: the very same bytes are sent again, with
 //     the same condition and write id, so at most one of the copies can
@@ -44,15 +44,15 @@ type edit func(cur snapshot) (*record, error)
 // landed (besides carrying its write id).
 type effect func(r *record) bool
 
-// errBlocked is returned by a claim's edit when live claims of other hosts
-// conflict.
+// errBlocked is returned by a claim's edit when a live record of another
+// session in the object conflicts.
 type errBlocked struct {
-	v   verdict
+	c   claimRef
 	gen int64 // the generation judged
 }
 
 func (e *errBlocked) Error() string {
-	return fmt.Sprintf("held by %d other claim(s), first by host %q", len(e.v.blockers), e.v.blockers[0].Host)
+	return fmt.Sprintf("held by session %q", e.c.session)
 }
 
 // errAmbiguous is returned when the caller's context ended while a write's
@@ -91,6 +91,7 @@ type mutateOpts struct {
 // ends. See the comment at the top of this file.
 func (b *Backend) mutate(ctx context.Context, name string, o mutateOpts, ed edit, eff effect) (landed, error) {
 	bo := b.newBackoff(retryMin, retryMax)
+	bo412 := b.newBackoff(conflictMin, retryMax)
 	fails := b.newFailClock()
 	if o.giveUp != 0 {
 		fails.limit = o.giveUp
@@ -128,7 +129,7 @@ func (b *Backend) mutate(ctx context.Context, name string, o mutateOpts, ed edit
 				firstSent, sentOnce = b.clock.Now(), true
 			}
 			rctx, cancel := b.requestCtx(ctx, o.until)
-			gen, oc, err := b.write(rctx, name, base, payload)
+			gen, oc, err := b.write(rctx, name, base, payload, next.metadata())
 			cancel()
 			if oc == outcomeOK {
 				return landed{snap: snapshot{gen: gen, rec: next}, wrote: true, sentAt: firstSent}, nil
@@ -148,6 +149,17 @@ func (b *Backend) mutate(ctx context.Context, name string, o mutateOpts, ed edit
 				}
 				if err := b.sleep(ctx, bo.next()); err != nil {
 					return landed{}, &errAmbiguous{base: base, err: err}
+				}
+			}
+			if oc == outcomePrecondition {
+				// Another writer came first: back off too, and count it,
+				// so that a stream of 412s (a misrouted endpoint, a hot
+				// object) neither spins nor runs for ever.
+				if err := fails.fail(fmt.Errorf("412: %w", err)); err != nil {
+					return landed{}, err
+				}
+				if err := b.sleep(ctx, bo412.next()); err != nil {
+					return landed{}, err
 				}
 			}
 			// Read back: did it land?
@@ -184,8 +196,6 @@ func (b *Backend) readRetry(ctx context.Context, name string, until time.Duratio
 		cancel()
 		switch oc {
 		case outcomeOK:
-			fails.ok()
-			b.obs.observe(name, s.rec, b.clock.Now(), b.ownSession)
 			return s, nil
 		case outcomeCanceled:
 			return snapshot{}, ctx.Err()
@@ -216,7 +226,8 @@ func (b *Backend) beforeWrite(ctx context.Context, until time.Duration) error {
 // errExpired: the lease's validity ended before the request could be sent.
 var errExpired = errors.New("lease validity ended")
 
-// failClock tracks how long GCS has been failing without a break.
+// failClock tracks how long one operation's requests have been failing
+// (429, 5xx, no answer, 412) without a write landing.
 type failClock struct {
 	b     *Backend
 	limit time.Duration // how long failures may last
@@ -226,8 +237,6 @@ type failClock struct {
 func (b *Backend) newFailClock() *failClock {
 	return &failClock{b: b, limit: b.cfg.UnavailableAfter}
 }
-
-func (f *failClock) ok() { f.since = 0 }
 
 // fail records a transient failure and returns an error wrapping
 // lockmgr.ErrUnavailable once failures have lasted its limit.

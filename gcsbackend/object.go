@@ -4,7 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,107 +26,132 @@ import (
 // advises against. A name longer than GCS's 1024 bytes becomes
 // PREFIX/locks-long/SHA256(lock)/CONTROL.
 //
-// An object holds one JSON record (see record). Objects are never deleted:
-// the record's epoch, the base of the fencing tokens, must survive every
+// An object holds one JSON record (see record) and, in its custom
+// metadata, a summary of the claims. Lock objects are never deleted: the
+// record's epoch, the base of the fencing tokens, must survive every
 // release.
+//
+// Sessions are PREFIX/sessions/<session id> (see session.go); a waiter's
+// request to a holder is PREFIX/wants/<holder session>/<waiter session>-<n>
+// (see wants.go).
 
-// protocolVersion is the record format this package writes and reads.
-const protocolVersion = 1
+// layoutVersion is the object layout this package writes and reads: every
+// object it writes carries it, in its JSON ("v") and in its metadata
+// (metaVersion). Version 1 was the layout of one claim per lock per host,
+// each refreshed by its own writes; version 2 has host sessions.
+const layoutVersion = 2
+
+// ErrLayout is wrapped by the errors about objects written in a layout this
+// lockfs does not speak (a newer one, or version 1 with live claims). Those
+// errors also wrap lockmgr.ErrUnavailable: the lock cannot be had here
+// (ENOLCK), and nothing was misread.
+var ErrLayout = errors.New("gcs object layout not spoken by this lockfs")
+
+// layoutError wraps ErrLayout and lockmgr.ErrUnavailable with a message.
+func layoutError(format string, args ...any) error {
+	return fmt.Errorf("%w: %w: %s", ErrLayout, lockmgr.ErrUnavailable, fmt.Sprintf(format, args...))
+}
+
+// Custom metadata keys of lock objects: a listing shows the claims without
+// reading the content.
+const (
+	metaVersion = "lockfs-v"      // the layout version, "2"
+	metaClaims  = "lockfs-claims" // "session mode sinceMillis" per claim, ";"-separated
+	metaPath    = "lockfs-lock"   // the lock, as lockmgr.LockID.String() spells it
+)
 
 // maxObjectName is GCS's limit on object names, in bytes.
 const maxObjectName = 1024
 
 // record is the content of a lock object.
 type record struct {
-	// Version is protocolVersion.
+	// Version is layoutVersion.
 	Version int `json:"v"`
-	// Lock is the lock's control file path, for people reading the bucket.
+	// Lock is the lock (its control file path), for people and for the
+	// listing of long names.
 	Lock string `json:"lock"`
 	// Epoch only grows: every write that grants or strengthens a claim
 	// increments it and gives the claim the new value. Fencing tokens are
 	// built on it.
 	Epoch uint64 `json:"epoch"`
-	// Holders are the hosts' claims, at most one per claim id.
-	Holders []entry `json:"holders"`
+	// Claims are the sessions' claims, at most one per session.
+	Claims []claimRec `json:"claims"`
 	// Write is the random id of the write that produced this version, so a
 	// writer whose reply was lost recognises its own write.
 	Write string `json:"write"`
 }
 
-// entry is one host's claim on the lock.
-type entry struct {
-	// Claim is a random id, unique to this claim: observations and
-	// recognition are keyed by it, never by host.
-	Claim string `json:"claim"`
+// claimRec is one session's claim on the lock. It is valid while its
+// session is live; a claim of a dead or missing session counts as absent.
+type claimRec struct {
+	// Session is the claiming host's session id (sessions/<Session>).
+	Session string `json:"session"`
 	// Host is the holder's HostID, for people and status output.
 	Host string `json:"host"`
 	// Mode is "shared" or "exclusive".
 	Mode string `json:"mode"`
-	// Seq grows with every write of the claim by its holder (a refresh,
-	// a conversion). Others judge expiry by seeing it unchanged.
-	Seq uint64 `json:"seq"`
-	// Epoch is the record's epoch when this claim was granted or last
+	// Epoch is the record's epoch when this claim was written or last
 	// strengthened; the holder's tokens are Epoch<<20 | a local counter.
 	Epoch uint64 `json:"epoch"`
-	// Upgrading says the holder, holding the claim shared, waits to make it
-	// exclusive. Two such holders block each other for ever; the younger
-	// claim gives way (see Convert).
-	Upgrading bool `json:"upgrading,omitempty"`
-	// TTLMillis is the holder's TTL, for people.
-	TTLMillis int64 `json:"ttl_ms"`
-	// StaleMillis is how long others must see Seq unchanged before they may
-	// remove the claim. The holder sets it: hosts may be configured with
-	// different TTLs, and only the holder knows how long it vouches.
-	StaleMillis int64 `json:"stale_ms"`
-	// Since and Refreshed are the holder's wall-clock times of the claim
-	// and of this version, for people only: no decision reads them.
-	Since     time.Time `json:"since"`
-	Refreshed time.Time `json:"refreshed"`
+	// Since is the holder's wall-clock time of the claim's write. People
+	// read it; the protocol uses it only as the first key of the priority
+	// order between two claims that see each other (both sides compare the
+	// same two values, so clock offsets cannot make them disagree).
+	Since time.Time `json:"since"`
 }
 
-func (e *entry) mode() lockmgr.Mode {
-	switch e.Mode {
-	case "shared":
+func (c *claimRec) mode() lockmgr.Mode { return parseMode(c.Mode) }
+
+// parseMode reads a mode; an unknown one conflicts with everything.
+func parseMode(s string) lockmgr.Mode {
+	if s == "shared" {
 		return lockmgr.Shared
-	case "exclusive":
-		return lockmgr.Exclusive
 	}
-	// An unknown mode conflicts with everything.
 	return lockmgr.Exclusive
 }
 
-func (e *entry) staleAfter() time.Duration {
-	return time.Duration(e.StaleMillis) * time.Millisecond
-}
-
-// outranks reports whether e's claim has priority over other's in an
-// upgrade deadlock: the older claim (lower epoch; then lower claim id) wins.
-func (e *entry) outranks(other *entry) bool {
-	if e.Epoch != other.Epoch {
-		return e.Epoch < other.Epoch
+// outranks reports whether claim a has priority over claim b when the two
+// see each other: the older write (Since), then the lower session id.
+func outranks(a, b claimRef) bool {
+	if a.since != b.since {
+		return a.since < b.since
 	}
-	return e.Claim < other.Claim
+	return a.session < b.session
 }
 
-// find returns the entry of claim, or nil.
-func (r *record) find(claim string) *entry {
+// claimRef is what the protocol needs of a claim found anywhere: in a
+// record or in a listing's metadata.
+type claimRef struct {
+	object  string // the lock object it is in
+	session string
+	host    string
+	mode    lockmgr.Mode
+	since   int64 // unix milliseconds
+}
+
+func (c *claimRec) ref(object string) claimRef {
+	return claimRef{object: object, session: c.Session, host: c.Host, mode: c.mode(), since: c.Since.UnixMilli()}
+}
+
+// find returns the claim of session, or nil.
+func (r *record) find(session string) *claimRec {
 	if r == nil {
 		return nil
 	}
-	for i := range r.Holders {
-		if r.Holders[i].Claim == claim {
-			return &r.Holders[i]
+	for i := range r.Claims {
+		if r.Claims[i].Session == session {
+			return &r.Claims[i]
 		}
 	}
 	return nil
 }
 
-// without returns the holders other than those whose claim is in drop.
-func (r *record) without(drop map[string]bool) []entry {
-	out := make([]entry, 0, len(r.Holders))
-	for _, e := range r.Holders {
-		if !drop[e.Claim] {
-			out = append(out, e)
+// without returns the claims for which drop is false.
+func (r *record) without(drop func(c *claimRec) bool) []claimRec {
+	out := make([]claimRec, 0, len(r.Claims))
+	for i := range r.Claims {
+		if !drop(&r.Claims[i]) {
+			out = append(out, r.Claims[i])
 		}
 	}
 	return out
@@ -133,23 +161,86 @@ func (r *record) without(drop map[string]bool) []entry {
 // nil.
 func (r *record) clone(lock string) *record {
 	if r == nil {
-		return &record{Version: protocolVersion, Lock: lock}
+		return &record{Version: layoutVersion, Lock: lock}
 	}
 	c := *r
-	c.Holders = append([]entry(nil), r.Holders...)
+	c.Claims = append([]claimRec(nil), r.Claims...)
 	return &c
 }
 
-// decodeRecord parses an object's content.
-func decodeRecord(b []byte) (*record, error) {
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("lock object is not a lockfs record: %w", err)
+// metadata is the custom metadata written with r.
+func (r *record) metadata() map[string]string {
+	var sb strings.Builder
+	for i, c := range r.Claims {
+		if i > 0 {
+			sb.WriteByte(';')
+		}
+		fmt.Fprintf(&sb, "%s %s %d", c.Session, c.Mode, c.Since.UnixMilli())
 	}
-	if r.Version != protocolVersion {
-		return nil, fmt.Errorf("lock object has record version %d; this lockfs speaks %d", r.Version, protocolVersion)
+	return map[string]string{metaVersion: strconv.Itoa(layoutVersion), metaClaims: sb.String(), metaPath: r.Lock}
+}
+
+// parseClaimsMeta reads the metaClaims summary of object.
+func parseClaimsMeta(object, s string) ([]claimRef, error) {
+	if s == "" {
+		return nil, nil
 	}
-	return &r, nil
+	var out []claimRef
+	for _, part := range strings.Split(s, ";") {
+		f := strings.Fields(part)
+		if len(f) != 3 {
+			return nil, fmt.Errorf("object %s: malformed %s metadata %q", object, metaClaims, s)
+		}
+		ms, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("object %s: malformed %s metadata %q", object, metaClaims, s)
+		}
+		out = append(out, claimRef{object: object, session: f[0], mode: parseMode(f[1]), since: ms})
+	}
+	return out, nil
+}
+
+// v1Record is the part of a layout-1 object that matters here.
+type v1Record struct {
+	Epoch   uint64 `json:"epoch"`
+	Holders []struct {
+		Host string `json:"host"`
+		Mode string `json:"mode"`
+	} `json:"holders"`
+}
+
+// decodeRecord parses an object's content. A layout-1 object without
+// claims becomes an empty record that keeps its epoch (so fencing tokens
+// keep growing); one with claims, or any other layout, is refused with an
+// error wrapping ErrLayout.
+func decodeRecord(name string, b []byte) (*record, error) {
+	var head struct {
+		Version int `json:"v"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return nil, fmt.Errorf("object %s is not a lockfs lock object: %w", name, err)
+	}
+	switch head.Version {
+	case layoutVersion:
+		var r record
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("object %s is not a lockfs lock object: %w", name, err)
+		}
+		return &r, nil
+	case 1:
+		var old v1Record
+		if err := json.Unmarshal(b, &old); err != nil {
+			return nil, fmt.Errorf("object %s is not a lockfs lock object: %w", name, err)
+		}
+		if len(old.Holders) == 0 {
+			return &record{Version: layoutVersion, Epoch: old.Epoch}, nil
+		}
+		return nil, layoutError("object %s has layout version 1 with %d live claim(s) (first by host %q): "+
+			"a lockfs daemon of the old layout is using this bucket and prefix; stop every old daemon "+
+			"(a clean stop removes its claims) or give the new ones another --gcs-prefix", name, len(old.Holders), old.Holders[0].Host)
+	}
+	return nil, layoutError("object %s has layout version %d; this lockfs speaks %d: upgrade this daemon, "+
+		"or give it another --gcs-prefix", name, head.Version, layoutVersion)
 }
 
 // encode renders r as the object's content.
@@ -159,6 +250,42 @@ func (r *record) encode() []byte {
 		panic("gcsbackend: encode record: " + err.Error())
 	}
 	return append(b, '\n')
+}
+
+// parseLockID reads a lock as LockID.String spells it ("a/b/.lock_newdir").
+func parseLockID(s string) (lockmgr.LockID, error) {
+	dir, ctl := path.Split(s)
+	var k lockmgr.Kind
+	switch ctl {
+	case ".lock":
+		k = lockmgr.KindDir
+	case ".lock_newdir":
+		k = lockmgr.KindNewDir
+	case ".lock_usage":
+		k = lockmgr.KindUsage
+	default:
+		return lockmgr.LockID{}, fmt.Errorf("%q is not a lock", s)
+	}
+	p, err := lockmgr.CleanPath(strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		return lockmgr.LockID{}, err
+	}
+	return lockmgr.LockID{Path: p, Kind: k}, nil
+}
+
+// dirPrefix returns the prefix of every lock object inside directory p
+// (p's own new-dir and usage locks, and everything below).
+func dirPrefix(prefix, p string) string {
+	var sb strings.Builder
+	sb.WriteString(prefix)
+	sb.WriteString("locks/")
+	if p != "." {
+		for _, el := range strings.Split(p, "/") {
+			escapeElement(&sb, el)
+			sb.WriteByte('/')
+		}
+	}
+	return sb.String()
 }
 
 // objectName returns the name of id's lock object under prefix, or an error
@@ -174,14 +301,7 @@ func objectName(prefix string, id lockmgr.LockID) (string, error) {
 		return "", fmt.Errorf("%w: path %q is not a clean relative path", lockmgr.ErrInvalid, id.Path)
 	}
 	var sb strings.Builder
-	sb.WriteString(prefix)
-	sb.WriteString("locks/")
-	if id.Path != "." {
-		for _, el := range strings.Split(id.Path, "/") {
-			escapeElement(&sb, el)
-			sb.WriteByte('/')
-		}
-	}
+	sb.WriteString(dirPrefix(prefix, id.Path))
 	sb.WriteString(lockmgr.ControlName(id.Kind))
 	if sb.Len() <= maxObjectName {
 		return sb.String(), nil

@@ -1,181 +1,193 @@
 package gcsbackend
 
 import (
-	"strings"
+	"context"
 	"sync"
 	"time"
 
-	"github.com/lockfs/lockfs/lockmgr"
+	"github.com/sirupsen/logrus"
 )
 
 // Expiry by observation.
 //
-// A host never learns how old another host's claim is from a timestamp:
-// clocks of different hosts may be offset arbitrarily. Instead every read
-// of a lock object is an observation, taken on this host's monotonic clock
-// when the answer arrived: for each claim of another host, the first time
-// its current Seq was seen. A claim is stale once this host has seen the
-// same Seq for the claim's StaleMillis. The holder writes a new Seq with
-// every refresh, and a write is seen only after it was sent, so by then
-// the holder has stopped vouching for the Seq it wrote (see
-// docs/GCS-PROTOCOL.md for the argument).
+// A host never learns how old another host's heartbeat is from a
+// timestamp: clocks of different hosts may be offset arbitrarily. Instead
+// every read of a session object is an observation, taken on this host's
+// monotonic clock when the answer arrived: the first time its current
+// generation was seen. A session is stale once this host has seen the same
+// generation for the session's stale period (its holder's TTL). The holder
+// writes a new generation with every heartbeat, and a write is seen only
+// after it was sent, so by then the holder has stopped vouching for the
+// heartbeat it wrote (see docs/GCS-PROTOCOL.md for the argument).
+//
+// A stale session is declared dead by a write conditional on the
+// generation judged, so that it cannot be revived by a heartbeat in
+// flight. Dead and missing sessions are remembered for good: session ids
+// never come back.
 //
 // Observations live as long as the backend, across Claim calls, so that
-// repeated non-blocking attempts (flock -n in a loop) see an abandoned
-// claim expire. A read prunes the claims that are gone from the object;
-// objects not read for a long time are forgotten, which only makes the next
-// observation start over.
+// repeated non-blocking attempts (flock -n in a loop) see a crashed
+// holder's session expire.
 
-// obsForget is how many multiples of an object's longest stale period its
-// observations are kept without a read.
-const obsForget = 4
-
-// observations is the backend's memory of other hosts' claims.
+// observations is the backend's memory of other hosts' sessions.
 type observations struct {
 	mu sync.Mutex
-	// objects maps an object name to what was seen of it. GUARDED_BY(mu)
-	objects map[string]*objectObs
-	// sweepAt is when the next sweep of forgotten objects is due. GUARDED_BY(mu)
-	sweepAt time.Duration
+	// seen maps a session id to its first sighting. GUARDED_BY(mu)
+	seen map[string]sighting
+	// dead holds the sessions known dead or missing (and this backend's own
+	// lost ones). GUARDED_BY(mu)
+	dead map[string]bool
 }
 
-type objectObs struct {
-	claims  map[string]seen // by claim id
-	lastRd  time.Duration   // last read
-	keepFor time.Duration   // obsForget times the longest stale period seen
-}
-
-// seen is the first sighting of a claim's Seq.
-type seen struct {
-	seq   uint64
+// sighting is the first read that showed a session's current generation.
+type sighting struct {
+	gen   int64
 	first time.Duration
+	stale time.Duration
 }
 
 func newObservations() *observations {
-	return &observations{objects: make(map[string]*objectObs)}
+	return &observations{seen: make(map[string]sighting), dead: make(map[string]bool)}
 }
 
-// observe records a read of name, answered at now, that showed rec (nil if
-// the object does not exist). Claims for which own returns true are this
-// backend's live claims and are not recorded.
-func (o *observations) observe(name string, rec *record, now time.Duration, own func(claim string) bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.sweepLocked(now)
-	ob := o.objects[name]
-	if rec == nil || len(rec.Holders) == 0 {
-		delete(o.objects, name)
-		return
-	}
-	if ob == nil {
-		ob = &objectObs{claims: make(map[string]seen)}
-		o.objects[name] = ob
-	}
-	ob.lastRd = now
-	present := make(map[string]bool, len(rec.Holders))
-	for _, e := range rec.Holders {
-		if own(e.Claim) {
-			continue
-		}
-		present[e.Claim] = true
-		if s, ok := ob.claims[e.Claim]; !ok || s.seq != e.Seq {
-			ob.claims[e.Claim] = seen{seq: e.Seq, first: now}
-		}
-		ob.keepFor = max(ob.keepFor, obsForget*e.staleAfter())
-	}
-	for c := range ob.claims {
-		if !present[c] {
-			delete(ob.claims, c)
-		}
-	}
+// markDead remembers that session id is dead.
+func (b *Backend) markDead(id string) {
+	b.obs.mu.Lock()
+	b.obs.dead[id] = true
+	delete(b.obs.seen, id)
+	b.obs.mu.Unlock()
 }
 
-// sweepLocked forgets objects not read for their keepFor.
-func (o *observations) sweepLocked(now time.Duration) {
-	if now < o.sweepAt {
-		return
-	}
-	o.sweepAt = now + time.Minute
-	for name, ob := range o.objects {
-		if now-ob.lastRd > max(ob.keepFor, time.Minute) {
-			delete(o.objects, name)
-		}
-	}
+// isDead reports whether session id is known dead or missing.
+func (b *Backend) isDead(id string) bool {
+	b.obs.mu.Lock()
+	defer b.obs.mu.Unlock()
+	return b.obs.dead[id]
 }
 
-// staleAt returns when e, a claim in object name, becomes stale by this
-// host's observations: the first sighting of its current Seq plus its
-// stale period (or fallback, if the entry declares none). ok is false if
-// this host has not seen e's current Seq.
-func (o *observations) staleAt(name string, e *entry, fallback time.Duration) (at time.Duration, ok bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	ob := o.objects[name]
-	if ob == nil {
-		return 0, false
-	}
-	s, ok := ob.claims[e.Claim]
-	if !ok || s.seq != e.Seq {
-		return 0, false
-	}
-	d := e.staleAfter()
-	if d <= 0 {
-		d = fallback
-	}
-	return s.first + d, true
+// judgement is what a host makes of another host's session.
+type judgement struct {
+	dead bool
+	// staleAt is when it turns stale if its generation stays, on this
+	// host's clock; 0 if unknown.
+	staleAt time.Duration
 }
 
-// verdict is what a would-be writer makes of the other claims in a record.
-type verdict struct {
-	// blockers are live claims of others that conflict with the mode asked.
-	blockers []entry
-	// removable are claims that may be removed now: stale claims of other
-	// hosts, and claims of this backend's own session that no lease holds
-	// (left by a claim whose caller gave up while its write was in flight).
-	removable map[string]bool
-	// nextStale is the earliest instant a blocker may become stale; 0 if
-	// none is observed yet.
-	nextStale time.Duration
+// judgeSession reads session id's object and says whether it is dead: gone,
+// declared dead, or seen unchanged for its stale period, in which case this
+// host declares it dead (one conditional write). A read or write that fails
+// leaves it live: the caller asks again on its next poll.
+func (b *Backend) judgeSession(ctx context.Context, id string) judgement {
+	if b.isDead(id) {
+		return judgement{dead: true}
+	}
+	name := b.sessionName(id)
+	rctx, cancel := b.requestCtx(ctx, 0)
+	gen, body, oc, err := b.readRaw(rctx, name)
+	cancel()
+	now := b.clock.Now()
+	if oc != outcomeOK {
+		b.log.WithError(err).WithField("session", id).Debug("could not read a session")
+		return judgement{}
+	}
+	if gen == 0 {
+		b.markDead(id)
+		return judgement{dead: true}
+	}
+	doc, err := decodeSession(name, body)
+	if err != nil {
+		b.layoutProblem(name, err)
+		return judgement{}
+	}
+	if doc.State == "dead" {
+		b.markDead(id)
+		return judgement{dead: true}
+	}
+	stale := time.Duration(doc.StaleMillis) * time.Millisecond
+	if stale <= 0 {
+		stale = b.cfg.TTL
+	}
+	b.obs.mu.Lock()
+	s, ok := b.obs.seen[id]
+	if !ok || s.gen != gen {
+		s = sighting{gen: gen, first: now, stale: stale}
+		b.obs.seen[id] = s
+	}
+	b.obs.mu.Unlock()
+	at := s.first + s.stale
+	if b.unsafeWallExpiry && b.wallNow().Sub(doc.Refreshed) > time.Duration(doc.TTLMillis)*time.Millisecond {
+		at = now // test hook: the broken design the skew tests must catch
+	}
+	if now < at {
+		return judgement{staleAt: at}
+	}
+	// Stale: declare it dead, on condition that it did not change.
+	doc.State = "dead"
+	doc.Write = b.newWriteID()
+	rctx, cancel = b.requestCtx(ctx, 0)
+	_, oc, err = b.write(rctx, name, gen, doc.encode(), doc.metadata())
+	cancel()
+	if oc != outcomeOK {
+		// 412: it heartbeat meanwhile (the next read restarts the count);
+		// no answer: the next poll reads what happened.
+		b.log.WithError(err).WithField("session", id).Debug("could not declare a stale session dead")
+		return judgement{staleAt: now}
+	}
+	b.markDead(id)
+	b.stats.takeovers.Add(1)
+	b.log.WithFields(logrus.Fields{"session": id, "host": doc.Host}).
+		Warn("declared a session dead: no heartbeat seen for its TTL; its claims are void")
+	return judgement{dead: true}
 }
 
-// judge decides which claims in the object name (content rec) block a
-// claim in mode by the claim self ("" for a new claim), and which may be
-// removed.
-func (b *Backend) judge(name string, rec *record, mode lockmgr.Mode, self string, now time.Duration) verdict {
-	v := verdict{removable: make(map[string]bool)}
-	if rec == nil {
-		return v
-	}
-	for i := range rec.Holders {
-		e := &rec.Holders[i]
-		if e.Claim == self {
-			continue
-		}
-		if b.ownSession(e.Claim) && !b.holdsClaim(e.Claim) {
-			v.removable[e.Claim] = true
-			continue
-		}
-		if at, ok := b.obs.staleAt(name, e, b.cfg.staleAfter()); ok && now >= at {
-			v.removable[e.Claim] = true
-			continue
-		}
-		if b.unsafeWallExpiry && b.wallNow().Sub(e.Refreshed) > time.Duration(e.TTLMillis)*time.Millisecond {
-			// Test hook: the broken design the skew tests must catch.
-			v.removable[e.Claim] = true
-			continue
-		}
-		if !lockmgr.Conflicts(mode, e.mode()) {
-			continue
-		}
-		v.blockers = append(v.blockers, *e)
-		if at, ok := b.obs.staleAt(name, e, b.cfg.staleAfter()); ok && (v.nextStale == 0 || at < v.nextStale) {
-			v.nextStale = at
+// liveConflicts returns the claims of cs whose session is not dead,
+// judging each session once (in parallel), and the earliest instant one
+// of them may turn stale (0 if none is known).
+func (b *Backend) liveConflicts(ctx context.Context, cs []claimRef) ([]claimRef, time.Duration) {
+	var ids []string
+	sessions := map[string]judgement{}
+	for _, c := range cs {
+		if _, ok := sessions[c.session]; !ok {
+			sessions[c.session] = judgement{}
+			ids = append(ids, c.session)
 		}
 	}
-	return v
+	verdicts := make([]judgement, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			verdicts[i] = b.judgeSession(ctx, id)
+		}()
+	}
+	wg.Wait()
+	for i, id := range ids {
+		sessions[id] = verdicts[i]
+	}
+	var live []claimRef
+	var next time.Duration
+	for _, c := range cs {
+		j := sessions[c.session]
+		if j.dead {
+			continue
+		}
+		live = append(live, c)
+		if j.staleAt != 0 && (next == 0 || j.staleAt < next) {
+			next = j.staleAt
+		}
+	}
+	return live, next
 }
 
-// ownSession reports whether claim was made by this backend.
-func (b *Backend) ownSession(claim string) bool {
-	return strings.HasPrefix(claim, b.session+".")
+// layoutProblem logs, once per object, that it is in a layout this lockfs
+// does not speak.
+func (b *Backend) layoutProblem(name string, err error) {
+	b.mu.Lock()
+	seen := b.layoutLogged[name]
+	b.layoutLogged[name] = true
+	b.mu.Unlock()
+	if !seen {
+		b.log.WithError(err).WithField("object", name).Error("refusing a lock object of another layout")
+	}
 }

@@ -72,10 +72,13 @@ type history struct {
 
 func (h *history) now() int64 { return int64(time.Since(h.t0)) }
 
-func (h *history) add(op lockOp, call, ret int64) {
+func (h *history) add(op lockOp, call, ret int64) { h.addOp(op.client, op, call, ret) }
+
+// addOp records any operation of client.
+func (h *history) addOp(client int, input any, call, ret int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.ops = append(h.ops, porcupine.Operation{ClientId: op.client, Input: op, Call: call, Return: ret})
+	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: input, Call: call, Return: ret})
 }
 
 // Acquires and releases from three clients on each of two hosts, contending

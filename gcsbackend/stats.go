@@ -11,6 +11,10 @@ type Stats struct {
 	// Writes is the number of conditional uploads sent; WritesOK of them
 	// succeeded.
 	Writes, WritesOK uint64
+	// Lists counts listings (of the locks below a directory, of the wants
+	// addressed to this session); Deletes the deletes of session and want
+	// objects.
+	Lists, Deletes uint64
 	// PreconditionFailed counts 412 answers: another host wrote first.
 	PreconditionFailed uint64
 	// RateLimited counts 429 answers, ServerErrors 5xx answers, and
@@ -23,45 +27,59 @@ type Stats struct {
 	Ambiguous, Recognised uint64
 
 	// Claims, Conversions and Releases count the calls that succeeded;
-	// Refreshes the refreshes that landed; Losses the leases lost;
-	// Takeovers the stale claims of other hosts this backend removed.
-	Claims, Conversions, Releases, Refreshes, Losses, Takeovers uint64
+	// WarmClaims of the claims were served from a record kept after its
+	// release, with no request. Refreshes counts the session heartbeats
+	// that landed, Sessions the sessions started; Losses the leases lost;
+	// Takeovers the dead sessions of other hosts this backend declared
+	// dead. Withdrawals counts claim records taken back after a conflict
+	// seen by the verify step; WantsSent the wants this backend asked of
+	// holders; WantsServed the records it dropped because another host
+	// wanted them.
+	Claims, Conversions, Releases, WarmClaims, Refreshes, Sessions, Losses, Takeovers uint64
+	Withdrawals, WantsSent, WantsServed                                               uint64
 }
 
 // counters is Stats with atomic fields.
 type counters struct {
-	reads, readsNotFound, writes, writesOK, preconditionFailed  atomic.Uint64
-	rateLimited, serverErrors, networkErrors, otherErrors       atomic.Uint64
-	ambiguous, recognised                                       atomic.Uint64
-	claims, conversions, releases, refreshes, losses, takeovers atomic.Uint64
+	reads, readsNotFound, writes, writesOK, lists, deletes, preconditionFailed atomic.Uint64
+	rateLimited, serverErrors, networkErrors, otherErrors                      atomic.Uint64
+	ambiguous, recognised                                                      atomic.Uint64
+	claims, conversions, releases, warmClaims, refreshes, sessions             atomic.Uint64
+	losses, takeovers, withdrawals, wantsSent, wantsServed                     atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{
 		Reads: c.reads.Load(), ReadsNotFound: c.readsNotFound.Load(),
 		Writes: c.writes.Load(), WritesOK: c.writesOK.Load(),
+		Lists: c.lists.Load(), Deletes: c.deletes.Load(),
 		PreconditionFailed: c.preconditionFailed.Load(),
 		RateLimited:        c.rateLimited.Load(), ServerErrors: c.serverErrors.Load(),
 		NetworkErrors: c.networkErrors.Load(), OtherErrors: c.otherErrors.Load(),
 		Ambiguous: c.ambiguous.Load(), Recognised: c.recognised.Load(),
 		Claims: c.claims.Load(), Conversions: c.conversions.Load(), Releases: c.releases.Load(),
-		Refreshes: c.refreshes.Load(), Losses: c.losses.Load(), Takeovers: c.takeovers.Load(),
+		WarmClaims: c.warmClaims.Load(), Refreshes: c.refreshes.Load(), Sessions: c.sessions.Load(),
+		Losses: c.losses.Load(), Takeovers: c.takeovers.Load(), Withdrawals: c.withdrawals.Load(),
+		WantsSent: c.wantsSent.Load(), WantsServed: c.wantsServed.Load(),
 	}
 }
 
 // Requests returns the number of GCS requests sent.
-func (s Stats) Requests() uint64 { return s.Reads + s.Writes }
+func (s Stats) Requests() uint64 { return s.Reads + s.Writes + s.Lists + s.Deletes }
 
 // Sub returns s minus an earlier snapshot t, field by field.
 func (s Stats) Sub(t Stats) Stats {
 	return Stats{
 		Reads: s.Reads - t.Reads, ReadsNotFound: s.ReadsNotFound - t.ReadsNotFound,
 		Writes: s.Writes - t.Writes, WritesOK: s.WritesOK - t.WritesOK,
+		Lists: s.Lists - t.Lists, Deletes: s.Deletes - t.Deletes,
 		PreconditionFailed: s.PreconditionFailed - t.PreconditionFailed,
 		RateLimited:        s.RateLimited - t.RateLimited, ServerErrors: s.ServerErrors - t.ServerErrors,
 		NetworkErrors: s.NetworkErrors - t.NetworkErrors, OtherErrors: s.OtherErrors - t.OtherErrors,
 		Ambiguous: s.Ambiguous - t.Ambiguous, Recognised: s.Recognised - t.Recognised,
 		Claims: s.Claims - t.Claims, Conversions: s.Conversions - t.Conversions, Releases: s.Releases - t.Releases,
-		Refreshes: s.Refreshes - t.Refreshes, Losses: s.Losses - t.Losses, Takeovers: s.Takeovers - t.Takeovers,
+		WarmClaims: s.WarmClaims - t.WarmClaims, Refreshes: s.Refreshes - t.Refreshes, Sessions: s.Sessions - t.Sessions,
+		Losses: s.Losses - t.Losses, Takeovers: s.Takeovers - t.Takeovers, Withdrawals: s.Withdrawals - t.Withdrawals,
+		WantsSent: s.WantsSent - t.WantsSent, WantsServed: s.WantsServed - t.WantsServed,
 	}
 }

@@ -10,12 +10,16 @@ import (
 
 	"cloud.google.com/go/storage"
 	"google.golang.org/api/googleapi"
+	"google.golang.org/api/iterator"
 )
 
-// The two kinds of request the backend makes: a read of a lock object's
-// content (which carries its generation), and a conditional upload of a
-// new version, DoesNotExist for the first version and GenerationMatch
-// after that. Nothing else: no PATCH, no delete, no metadata request. The
+// The requests the backend makes: a read of an object's content (which
+// carries its generation); a conditional upload of a new version,
+// DoesNotExist for the first version and GenerationMatch after that, with
+// the custom metadata that summarises the record; a listing of a prefix
+// with metadata (the claims below a directory, the wants addressed to this
+// session); and a conditional delete, of session and want objects only
+// (lock objects are never deleted). No PATCH, no metadata update. The
 // client library's own retries are off, so that every request is counted,
 // bounded and resolved here.
 
@@ -43,38 +47,49 @@ const (
 	outcomePermanent
 )
 
-// read fetches the object's content and generation.
+// read fetches a lock object's content and generation.
 func (b *Backend) read(ctx context.Context, name string) (snapshot, outcome, error) {
+	gen, body, oc, err := b.readRaw(ctx, name)
+	if oc != outcomeOK || gen == 0 {
+		return snapshot{}, oc, err
+	}
+	rec, err := decodeRecord(name, body)
+	if err != nil {
+		b.stats.otherErrors.Add(1)
+		b.layoutProblem(name, err)
+		return snapshot{}, outcomePermanent, err
+	}
+	return snapshot{gen: gen, rec: rec}, outcomeOK, nil
+}
+
+// readRaw fetches an object's content and generation; gen 0 if it does not
+// exist.
+func (b *Backend) readRaw(ctx context.Context, name string) (gen int64, body []byte, oc outcome, err error) {
 	b.stats.reads.Add(1)
 	r, err := b.bucket.Object(name).NewReader(ctx)
 	if errors.Is(err, storage.ErrObjectNotExist) {
 		b.stats.readsNotFound.Add(1)
-		return snapshot{}, outcomeOK, nil
+		return 0, nil, outcomeOK, nil
 	}
 	if err != nil {
-		return snapshot{}, b.classify(ctx, err), err
+		return 0, nil, b.classify(ctx, err), err
 	}
 	defer r.Close()
-	body, err := io.ReadAll(io.LimitReader(r, 1<<20))
+	body, err = io.ReadAll(io.LimitReader(r, 1<<20))
 	if err != nil {
-		return snapshot{}, b.classify(ctx, err), err
-	}
-	rec, err := decodeRecord(body)
-	if err != nil {
-		b.stats.otherErrors.Add(1)
-		return snapshot{}, outcomePermanent, fmt.Errorf("object %s: %w", name, err)
+		return 0, nil, b.classify(ctx, err), err
 	}
 	if r.Attrs.Generation == 0 {
 		b.stats.otherErrors.Add(1)
-		return snapshot{}, outcomePermanent, fmt.Errorf("object %s: read returned no generation", name)
+		return 0, nil, outcomePermanent, fmt.Errorf("object %s: read returned no generation", name)
 	}
-	return snapshot{gen: r.Attrs.Generation, rec: rec}, outcomeOK, nil
+	return r.Attrs.Generation, body, outcomeOK, nil
 }
 
-// write uploads payload as the object's next version, on condition that
-// its generation is still gen (0: that it does not exist), and returns the
-// new generation.
-func (b *Backend) write(ctx context.Context, name string, gen int64, payload []byte) (int64, outcome, error) {
+// write uploads payload with metadata meta as the object's next version, on
+// condition that its generation is still gen (0: that it does not exist),
+// and returns the new generation.
+func (b *Backend) write(ctx context.Context, name string, gen int64, payload []byte, meta map[string]string) (int64, outcome, error) {
 	b.stats.writes.Add(1)
 	cond := storage.Conditions{DoesNotExist: true}
 	if gen != 0 {
@@ -84,6 +99,7 @@ func (b *Backend) write(ctx context.Context, name string, gen int64, payload []b
 	w.ChunkSize = 0 // one request, no resumable session
 	w.ContentType = "application/json"
 	w.CacheControl = "no-store"
+	w.Metadata = meta
 	if _, err := w.Write(payload); err != nil {
 		w.Close()
 		return 0, b.classify(ctx, err), err
@@ -93,6 +109,46 @@ func (b *Backend) write(ctx context.Context, name string, gen int64, payload []b
 	}
 	b.stats.writesOK.Add(1)
 	return w.Attrs().Generation, outcomeOK, nil
+}
+
+// remove deletes an object on condition that its generation is gen. A
+// missing object is success.
+func (b *Backend) remove(ctx context.Context, name string, gen int64) (outcome, error) {
+	b.stats.deletes.Add(1)
+	err := b.bucket.Object(name).If(storage.Conditions{GenerationMatch: gen}).Delete(ctx)
+	if err == nil || errors.Is(err, storage.ErrObjectNotExist) {
+		return outcomeOK, nil
+	}
+	return b.classify(ctx, err), err
+}
+
+// listed is one object of a listing.
+type listed struct {
+	name string
+	gen  int64
+	meta map[string]string
+}
+
+// list returns every object whose name starts with prefix, with its
+// generation and metadata, in as many requests as pages.
+func (b *Backend) list(ctx context.Context, prefix string) ([]listed, outcome, error) {
+	q := &storage.Query{Prefix: prefix}
+	if err := q.SetAttrSelection([]string{"Name", "Generation", "Metadata"}); err != nil {
+		return nil, outcomePermanent, err
+	}
+	b.stats.lists.Add(1) // one request per page of 1000; the listings here are short
+	it := b.bucket.Objects(ctx, q)
+	var out []listed
+	for {
+		a, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return out, outcomeOK, nil
+		}
+		if err != nil {
+			return nil, b.classify(ctx, err), err
+		}
+		out = append(out, listed{name: a.Name, gen: a.Generation, meta: a.Metadata})
+	}
 }
 
 // classify counts a failed request and says what it means.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/storage"
+	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 )
 
@@ -156,6 +157,34 @@ func (e *Emulator) Client(t testing.TB, endpoint ...string) *storage.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// LastHeartbeat returns when the emulator last wrote the session object of
+// the gcs backend host hostID under prefix (sessions/HOSTID.RANDOM): the
+// host's last heartbeat, as long as nobody declared the session dead since.
+// The emulator runs on this machine, so its clock is the test's.
+func (e *Emulator) LastHeartbeat(t testing.TB, prefix, hostID string) time.Time {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	it := e.Client(t).Bucket(e.Bucket).Objects(ctx, &storage.Query{Prefix: prefix + "sessions/" + hostID + "."})
+	var last time.Time
+	for {
+		a, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("gcstest: list sessions of %s: %v", hostID, err)
+		}
+		if a.Updated.After(last) {
+			last = a.Updated
+		}
+	}
+	if last.IsZero() {
+		t.Fatalf("gcstest: no session object of %s under %q", hostID, prefix)
+	}
+	return last
 }
 
 // CreateBucket creates a bucket in the emulator.

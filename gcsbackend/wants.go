@@ -1,0 +1,337 @@
+package gcsbackend
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// Wants: how a waiter asks a holder.
+//
+// A waiter blocked by a record of another session creates the object
+// PREFIX/wants/<holder session>/<waiter session>-<n>, naming in its
+// metadata the lock object it wants the holder to give up: its own object
+// name, so that no two waiters write one object. Every host lists
+// PREFIX/wants/<own session>/ every WantPoll (jittered) while it has any
+// record, held or warm; a warm record named there is dropped at once, a
+// held one at its release. The waiter deletes its wants when its wait ends;
+// a holder deletes the wants of waiters whose session it finds dead or
+// gone. So a holder that keeps a record warm serves another host's waiter
+// within about one WantPoll (plus the waiter's own poll, at most 1s) of
+// its asking.
+
+const (
+	metaWantObject = "lockfs-object" // the lock object the waiter wants
+	metaWantWaiter = "lockfs-waiter" // the waiter's session
+	metaWantLock   = "lockfs-lock"   // the lock the waiter waits for (LockID.String)
+	metaWantMode   = "lockfs-mode"   // and in which mode
+)
+
+// want is a want addressed to this session, as the last listing showed it.
+type want struct {
+	name   string
+	object string // the record the waiter wants this host to give up
+	waiter string
+	lock   lockmgr.LockID // what the waiter waits for
+	mode   lockmgr.Mode
+	// seen is when this host first listed the want.
+	seen time.Duration
+}
+
+// deferLimit is how long a host defers its own claims to one want: a want
+// left behind by a waiter whose delete failed must not hold a host back
+// for ever.
+func (c Config) deferLimit() time.Duration { return max(c.TTL, 10*c.WantPoll) }
+
+// wantDoc is the content of a want object, for people.
+type wantDoc struct {
+	Version int       `json:"v"`
+	Object  string    `json:"object"`
+	Waiter  string    `json:"waiter"`
+	Host    string    `json:"host"`
+	Since   time.Time `json:"since"`
+}
+
+// asks are the wants of one wait, by holder session and object.
+type asks struct {
+	b     *Backend
+	self  string
+	id    lockmgr.LockID // the lock waited for
+	mode  lockmgr.Mode
+	names map[string]string // holder session + " " + object -> want object
+}
+
+func newAsks(b *Backend, self string, id lockmgr.LockID, mode lockmgr.Mode) *asks {
+	return &asks{b: b, self: self, id: id, mode: mode, names: map[string]string{}}
+}
+
+// ask creates a want for every session of cs not asked yet in this wait.
+// It is best effort: a want that cannot be written only means the holder
+// keeps a warm record until it is idle.
+func (a *asks) ask(ctx context.Context, cs []claimRef) {
+	for _, c := range cs {
+		key := c.session + " " + c.object
+		if _, ok := a.names[key]; ok {
+			continue
+		}
+		name := fmt.Sprintf("%swants/%s/%s-%d", a.b.cfg.Prefix, c.session, a.self, a.b.wantID.Add(1))
+		doc := wantDoc{Version: layoutVersion, Object: c.object, Waiter: a.self, Host: a.b.cfg.HostID, Since: a.b.wallNow()}
+		body, _ := json.Marshal(doc)
+		meta := map[string]string{metaVersion: strconv.Itoa(layoutVersion), metaWantObject: c.object, metaWantWaiter: a.self,
+			metaWantLock: a.id.String(), metaWantMode: modeName(a.mode)}
+		rctx, cancel := a.b.requestCtx(ctx, 0)
+		_, oc, err := a.b.write(rctx, name, 0, body, meta)
+		cancel()
+		if oc != outcomeOK && oc != outcomePrecondition {
+			a.b.log.WithError(err).WithField("want", name).Debug("could not ask a holder")
+			continue
+		}
+		a.names[key] = name
+		a.b.stats.wantsSent.Add(1)
+	}
+}
+
+// withdraw deletes the wants of the wait.
+func (a *asks) withdraw() {
+	if len(a.names) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.b.cfg.UnavailableAfter)
+	defer cancel()
+	for _, name := range a.names {
+		bo := a.b.newBackoff(retryMin, retryMax)
+		for try := 0; ; try++ {
+			rctx, rcancel := a.b.requestCtx(ctx, 0)
+			err := a.b.removeWant(rctx, name)
+			rcancel()
+			if err == nil {
+				break
+			}
+			if try == 4 || a.b.sleep(ctx, bo.next()) != nil {
+				a.b.log.WithError(err).WithField("want", name).
+					Warn("could not delete a want; the holder defers to it for a while, then ignores it")
+				break
+			}
+		}
+	}
+}
+
+// removeWant deletes a want object, whatever its generation.
+func (b *Backend) removeWant(ctx context.Context, name string) error {
+	b.stats.deletes.Add(1)
+	err := b.bucket.Object(name).Delete(ctx)
+	if err != nil && !strings.Contains(err.Error(), "404") {
+		return err
+	}
+	return nil
+}
+
+// wantPoller serves the wants addressed to this session and drops warm
+// records idle for WarmFor.
+func (b *Backend) wantPoller() {
+	defer b.workers.Done()
+	for {
+		if err := b.sleep(b.closeCtx, jitter(b.cfg.WantPoll)); err != nil {
+			return
+		}
+		s := b.currentSession()
+		if s == nil {
+			continue
+		}
+		b.mu.Lock()
+		n := len(b.recs)
+		b.mu.Unlock()
+		if n == 0 {
+			continue
+		}
+		b.serveWants(s)
+		b.dropIdle(s)
+	}
+}
+
+// serveWants lists the wants addressed to s and acts on them: a warm
+// record wanted is dropped at once, a held one marked to be dropped at its
+// release; the list is kept for deferTo. Wants of dead waiters are
+// deleted.
+func (b *Backend) serveWants(s *session) {
+	ctx, cancel := b.requestCtx(b.closeCtx, 0)
+	items, oc, err := b.list(ctx, b.cfg.Prefix+"wants/"+s.id+"/")
+	cancel()
+	if oc != outcomeOK {
+		if b.closeCtx.Err() == nil {
+			b.log.WithError(err).Debug("could not list the wants of this session")
+		}
+		return
+	}
+	var ws []want
+	now := b.clock.Now()
+	b.mu.Lock()
+	seen := make(map[string]time.Duration, len(b.wants))
+	for _, w := range b.wants {
+		seen[w.name] = w.seen
+	}
+	b.mu.Unlock()
+	for _, it := range items {
+		w := want{name: it.name, object: it.meta[metaWantObject], waiter: it.meta[metaWantWaiter], mode: parseMode(it.meta[metaWantMode])}
+		id, err := parseLockID(it.meta[metaWantLock])
+		if w.waiter == "" || err != nil {
+			continue // not a want of this layout
+		}
+		w.lock = id
+		w.seen = now
+		if t, ok := seen[w.name]; ok {
+			w.seen = t
+		}
+		if b.isDead(w.waiter) || b.waiterGone(w.waiter) {
+			ctx, cancel := b.requestCtx(b.closeCtx, 0)
+			_ = b.removeWant(ctx, it.name)
+			cancel()
+			continue
+		}
+		ws = append(ws, w)
+	}
+	var warm []*ownRec
+	b.mu.Lock()
+	b.wants = ws
+	wantedBy := map[string]map[string]bool{}
+	for _, w := range ws {
+		if wantedBy[w.object] == nil {
+			wantedBy[w.object] = map[string]bool{}
+		}
+		wantedBy[w.object][w.waiter] = true
+	}
+	for name, r := range b.recs {
+		if r.sess != s || !r.present {
+			continue
+		}
+		if by := wantedBy[name]; len(by) > 0 {
+			r.wanted = true
+			r.wantedBy = by
+			if r.lease == nil {
+				warm = append(warm, r)
+			}
+		} else {
+			r.wanted = false
+			r.wantedBy = map[string]bool{}
+		}
+	}
+	b.mu.Unlock()
+	for _, r := range warm {
+		b.stats.wantsServed.Add(1)
+		b.dropLater(r)
+	}
+}
+
+// waiterGone judges, at most once per TTL per waiter, whether the session
+// of a waiter that still has a want here is dead.
+func (b *Backend) waiterGone(waiter string) bool {
+	now := b.clock.Now()
+	b.mu.Lock()
+	last, ok := b.waiterChecked[waiter]
+	if ok && now-last < b.cfg.TTL {
+		b.mu.Unlock()
+		return false
+	}
+	b.waiterChecked[waiter] = now
+	b.mu.Unlock()
+	return b.judgeSession(b.closeCtx, waiter).dead
+}
+
+// deferTo returns a waiter of another host that asked this host for a
+// record and waits for a lock that a claim of id in mode would conflict
+// with, unless this host holds a record that waiter wants (it is ahead of
+// the waiter then). A claim defers to it, so that a host that keeps taking
+// a lock does not starve another host's waiter: nil if there is none.
+func (b *Backend) deferTo(id lockmgr.LockID, mode lockmgr.Mode) *want {
+	now := b.clock.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.wants {
+		w := &b.wants[i]
+		if now-w.seen > b.cfg.deferLimit() || !hierConflict(id, mode, w.lock, w.mode) {
+			continue
+		}
+		ahead := false
+		for _, r := range b.recs {
+			if r.present && r.lease != nil && r.wantedBy[w.waiter] {
+				ahead = true
+				break
+			}
+		}
+		if !ahead {
+			c := *w
+			return &c
+		}
+	}
+	return nil
+}
+
+// wantStands reads w's object (the listing it came from may be up to a
+// want poll old): if the waiter has deleted it meanwhile, it is forgotten
+// and false returned. A read that fails counts as standing.
+func (b *Backend) wantStands(ctx context.Context, w *want) bool {
+	rctx, cancel := b.requestCtx(ctx, 0)
+	gen, _, oc, _ := b.readRaw(rctx, w.name)
+	cancel()
+	if oc != outcomeOK || gen != 0 {
+		return true
+	}
+	b.mu.Lock()
+	for i := range b.wants {
+		if b.wants[i].name == w.name {
+			b.wants = append(b.wants[:i:i], b.wants[i+1:]...)
+			break
+		}
+	}
+	b.mu.Unlock()
+	return false
+}
+
+// hierConflict reports whether claims (a, am) and (c, cm) of two hosts
+// conflict under the hierarchy: some lock is in both claims' cover (the
+// lock itself in its mode, and the directory locks above it, shared) in
+// conflicting modes. An exclusive directory lock covers what is inside it
+// because everything inside covers it shared.
+func hierConflict(a lockmgr.LockID, am lockmgr.Mode, c lockmgr.LockID, cm lockmgr.Mode) bool {
+	cover := func(id lockmgr.LockID, m lockmgr.Mode) map[lockmgr.LockID]lockmgr.Mode {
+		out := map[lockmgr.LockID]lockmgr.Mode{id: m}
+		for _, p := range dirsAbove(id) {
+			d := lockmgr.LockID{Path: p, Kind: lockmgr.KindDir}
+			if out[d] == 0 {
+				out[d] = lockmgr.Shared
+			}
+		}
+		return out
+	}
+	ca := cover(a, am)
+	for id, m := range cover(c, cm) {
+		if ma, ok := ca[id]; ok && lockmgr.Conflicts(ma, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// dropIdle drops the warm records of s idle for WarmFor.
+func (b *Backend) dropIdle(s *session) {
+	if b.cfg.WarmFor < 0 {
+		return
+	}
+	now := b.clock.Now()
+	var idle []*ownRec
+	b.mu.Lock()
+	for _, r := range b.recs {
+		if r.sess == s && r.present && r.lease == nil && now-r.idleSince >= b.cfg.WarmFor {
+			idle = append(idle, r)
+		}
+	}
+	b.mu.Unlock()
+	for _, r := range idle {
+		b.dropLater(r)
+	}
+}
