@@ -2,6 +2,7 @@ package fs
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -36,6 +37,13 @@ import (
 //	waiter mode=shared hidden
 //	lease exclusive                   the backend's claim: its mode, or the backend's
 //	                                  description (gcs: expiry); "none" if none
+//	claim host=h2 mode=shared since=2026-11-29T18:00:00Z session=h2.3c9d00e1a2b4 state=live use=claimed
+//	                                  gcs only: one line per host's claim on this lock,
+//	                                  from one read of its object; state is the
+//	                                  session's (live, stale, dead), use is held or
+//	                                  warm for this host's own claim, claimed for
+//	                                  another host's; "claims unknown "error"" if
+//	                                  the object could not be read
 //
 // One holder line per owner, explicit holders first, then by age. Its
 // fields: host, pid (the process the hold belongs to now), uid, mode
@@ -106,8 +114,23 @@ func (n *controlNode) statusText(reader *controlHandle, uid uint32) []byte {
 		lease = "none"
 	}
 	fmt.Fprintf(&b, "lease %s\n", strings.ReplaceAll(lease, "\n", " "))
+	// Every host's claims on the lock, where the backend keeps them
+	// (gcs: one read of the lock's object).
+	ctx, cancel := context.WithTimeout(context.Background(), claimsTimeout)
+	claims, err := n.c.engine.Claims(ctx, id)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(&b, "claims unknown %s\n", strconv.Quote(err.Error()))
+	}
+	for _, c := range claims {
+		fmt.Fprintf(&b, "claim %s\n", strings.ReplaceAll(c, "\n", " "))
+	}
 	return b.Bytes()
 }
+
+// claimsTimeout bounds the backend read behind the claim lines of a status
+// read.
+const claimsTimeout = 3 * time.Second
 
 // waiterLine renders one waiter; visible says whether the reader may see
 // its identity.

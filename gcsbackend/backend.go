@@ -22,6 +22,7 @@ var (
 	_ lockmgr.HierarchicalBackend = (*Backend)(nil)
 	_ lockmgr.Lease               = (*lease)(nil)
 	_ lockmgr.LeaseDescriber      = (*lease)(nil)
+	_ lockmgr.ClaimLister         = (*Backend)(nil)
 )
 
 // noWaitGiveUp bounds a claim without wait, whatever GCS does.

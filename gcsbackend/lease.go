@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -265,4 +266,56 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	b.stats.wantsServed.Add(1)
 	return nil
+}
+
+// ListClaims shows every host's claims on id from one read of its object:
+// host, mode, since (the holder's wall clock), session and its state as
+// this host judges it without further requests (live, stale: seen
+// unchanged for its stale period, dead), and for this host's own record
+// whether it is held or warm (another host's is "claimed": it keeps warm
+// records without telling).
+func (b *Backend) ListClaims(ctx context.Context, id lockmgr.LockID) ([]string, error) {
+	name, err := objectName(b.cfg.Prefix, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.enter(); err != nil {
+		return nil, err
+	}
+	defer b.inflight.Done()
+	rctx, cancel := b.requestCtx(ctx, 0)
+	s, _, err := b.read(rctx, name)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	if s.rec == nil {
+		return nil, nil
+	}
+	own := b.currentSession()
+	now := b.clock.Now()
+	var out []string
+	for _, c := range s.rec.Claims {
+		state, use := "live", "claimed"
+		switch {
+		case own != nil && c.Session == own.id:
+			use = "warm"
+			b.mu.Lock()
+			if r := b.recs[name]; r != nil && r.sess == own && r.lease != nil {
+				use = "held"
+			}
+			b.mu.Unlock()
+		case b.isDead(c.Session):
+			state = "dead"
+		default:
+			b.obs.mu.Lock()
+			if seen, ok := b.obs.seen[c.Session]; ok && now >= seen.first+seen.stale {
+				state = "stale"
+			}
+			b.obs.mu.Unlock()
+		}
+		out = append(out, fmt.Sprintf("host=%s mode=%s since=%s session=%s state=%s use=%s",
+			lockmgr.QuoteName(c.Host), c.Mode, c.Since.UTC().Format(time.RFC3339), c.Session, state, use))
+	}
+	return out, nil
 }

@@ -169,7 +169,7 @@ func waitFree(t *testing.T, rel string, ms ...*Mount) {
 
 // TestGCSCrossHostFlock: flock(1) on host A excludes flock(1) on host B:
 // exclusive excludes both modes, shared coexists, and the hierarchy holds
-// both ways. Controls: a sibling directory stays free on B, and B gets the
+// both ways; B's status of a lock shows A's claim on it. Controls: a sibling directory stays free on B, and B gets the
 // lock once A's holder is gone.
 func TestGCSCrossHostFlock(t *testing.T) {
 	_, a, b := twoHosts(t, gcsHost{id: "host-a"}, gcsHost{id: "host-b"})
@@ -179,6 +179,22 @@ func TestGCSCrossHostFlock(t *testing.T) {
 		expectCode(t, "B flock -n -x a while A holds a exclusively", flockN(t, b.path("a/.lock"), "-x"), 1)
 		expectCode(t, "B flock -n -s a while A holds a exclusively", flockN(t, b.path("a/.lock"), "-s"), 1)
 		expectCode(t, "B flock -n -x b (sibling) while A holds a", flockN(t, b.path("b/.lock"), "-x"), 0)
+		// B's status of a shows A's claim, though B holds nothing there;
+		// the sibling B took and released shows only B's warm record.
+		st, err := os.ReadFile(b.path("a/.lock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(st), "claim host=host-a mode=exclusive") || !strings.Contains(string(st), "state=live") {
+			t.Errorf("cat a/.lock on B while A holds it:\n%s\nwant A's claim", st)
+		}
+		st, err = os.ReadFile(b.path("b/.lock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(st), "host=host-a") || !strings.Contains(string(st), "claim host=host-b mode=exclusive") {
+			t.Errorf("control: cat b/.lock on B:\n%s\nwant only B's own warm claim", st)
+		}
 		// Control: B gets it once A's holder is gone.
 		h.kill()
 		waitFree(t, "a", b, a)

@@ -39,6 +39,15 @@ type HierarchicalBackend interface {
 	ClaimsHierarchy() bool
 }
 
+// ClaimLister is implemented by a backend that can show every host's
+// claims on a lock (the gcs backend, from one read of the lock's object).
+type ClaimLister interface {
+	// ListClaims returns one line per claim of any host on id, in the
+	// form "host=H mode=M since=T session=S state=live|stale|dead
+	// use=held|warm|claimed".
+	ListClaims(ctx context.Context, id LockID) ([]string, error)
+}
+
 // Lease is the host's claim on one lock.
 type Lease interface {
 	// Mode is the mode the claim is held in; 0 once lost or released.

@@ -1,6 +1,7 @@
 package lockmgr
 
 import (
+	"context"
 	"sort"
 	"time"
 )
@@ -153,6 +154,21 @@ func (e *Engine) Status(id LockID) LockStatus {
 	e.mu.Unlock()
 	describeLease(&st, lease)
 	return st
+}
+
+// Claims returns every host's claims on id as the backend shows them (one
+// line each; see ClaimLister), or nil if the backend keeps no such list.
+// It asks the backend, so it may make a request: status reads call it,
+// lock calls do not.
+func (e *Engine) Claims(ctx context.Context, id LockID) ([]string, error) {
+	cl, ok := e.backend.(ClaimLister)
+	if !ok {
+		return nil, nil
+	}
+	if p, err := CleanPath(id.Path); err == nil {
+		id.Path = p
+	}
+	return cl.ListClaims(ctx, id)
 }
 
 // Snapshot returns the status of every lock held or waited for, by path.
