@@ -26,16 +26,28 @@ type emulator struct {
 }
 
 // startEmulator starts the emulator on a free loopback port and creates
-// bucket. The caller must stop it.
-func startEmulator(ctx context.Context, bin, logDir, bucket string) (*emulator, error) {
+// bucket. The caller must stop it. With storeDir "" the objects live in
+// the emulator's memory; else in files under storeDir (its "filesystem"
+// backend). The memory backend keeps a bucket's objects in a list that
+// every request scans (fake-gcs-server v1.56.1, internal/backend/memory.go
+// findObject and findLastObjectGeneration), so it slows down in
+// proportion to the objects stored: 290 conditional writes/s when empty,
+// 92 once 2,500 exist, on this VM. Measurements that store 100,000 objects
+// use the filesystem backend on tmpfs, whose lookups are by file name.
+func startEmulator(ctx context.Context, bin, logDir, bucket, storeDir string) (*emulator, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
-	b, err := startBackground("fake-gcs-server", logDir, bin, "-scheme", "http", "-host", "127.0.0.1",
-		"-port", port, "-backend", "memory", "-public-host", "127.0.0.1:"+port, "-log-level", "warn")
+	store := []string{"-backend", "memory"}
+	if storeDir != "" {
+		store = []string{"-backend", "filesystem", "-filesystem-root", storeDir}
+	}
+	args := append([]string{"-scheme", "http", "-host", "127.0.0.1", "-port", port,
+		"-public-host", "127.0.0.1:" + port, "-log-level", "warn"}, store...)
+	b, err := startBackground("fake-gcs-server", logDir, bin, args...)
 	if err != nil {
 		return nil, err
 	}

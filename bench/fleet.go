@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -29,33 +30,49 @@ const fleetWorkers = 2
 type gcsEnv struct {
 	emu   *emulator
 	proxy *countingProxy
+	store string // the emulator's object files; "" for its memory
 }
 
 func (e *gcsEnv) close() {
 	e.proxy.close()
 	e.emu.stop(time.Second)
+	e.removeStore()
 }
 
-// startGCS starts an emulator and a proxy for one measurement. If the
-// emulator cannot be built it records keys as null with the reason and
-// returns nil, nil.
-func (r *runner) startGCS(ctx context.Context, what string, keys []string) (*gcsEnv, error) {
+func (e *gcsEnv) removeStore() {
+	if e.store != "" {
+		os.RemoveAll(e.store)
+	}
+}
+
+// startGCS starts an emulator and a proxy for one measurement; with
+// onDisk, the emulator keeps its objects in files on tmpfs (see
+// startEmulator), removed when the environment closes. If the emulator
+// cannot be built it records keys as null with the reason and returns
+// nil, nil.
+func (r *runner) startGCS(ctx context.Context, what string, keys []string, onDisk bool) (*gcsEnv, error) {
 	bin, err := emulatorBinary(ctx, r.modDir)
 	if err != nil {
 		reason := fmt.Sprintf("cannot build the GCS emulator %s: %v", gcstest.Module, err)
 		r.nullKeys(what, keys, reason)
 		return nil, nil
 	}
-	emu, err := startEmulator(ctx, bin, r.logDir, gcsBucket)
-	if err != nil {
+	env := &gcsEnv{}
+	if onDisk {
+		if env.store, err = os.MkdirTemp(shmDir(r.work), "lockfs-bench-gcs-store-"); err != nil {
+			return nil, err
+		}
+	}
+	if env.emu, err = startEmulator(ctx, bin, r.logDir, gcsBucket, env.store); err != nil {
+		env.removeStore()
 		return nil, err
 	}
-	proxy, err := startCountingProxy(emu.url)
-	if err != nil {
-		emu.stop(time.Second)
+	if env.proxy, err = startCountingProxy(env.emu.url); err != nil {
+		env.emu.stop(time.Second)
+		env.removeStore()
 		return nil, err
 	}
-	return &gcsEnv{emu: emu, proxy: proxy}, nil
+	return env, nil
 }
 
 // nullKeys records keys as null, with reason under what_unavailable_reason
@@ -124,7 +141,7 @@ var fleetKeys = []string{"gcs_fleet_acquires_per_s", "gcs_fleet_lease_losses", "
 // acquire bounded by 30 s), gcs_fleet_acquire_p50_ms and _p99_ms,
 // gcs_fleet_writes_per_s, gcs_fleet_reads_per_s, gcs_fleet_hosts.
 func (r *runner) gcsFleet(ctx context.Context) error {
-	env, err := r.startGCS(ctx, "gcs_fleet", fleetKeys)
+	env, err := r.startGCS(ctx, "gcs_fleet", fleetKeys, false)
 	if env == nil || err != nil {
 		return err
 	}
@@ -262,7 +279,7 @@ func (r *runner) gcsSim(ctx context.Context) error {
 			unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
 		}
 	}
-	env, err := r.startGCS(ctx, "gcs_sim", simKeys)
+	env, err := r.startGCS(ctx, "gcs_sim", simKeys, true)
 	if env == nil || err != nil {
 		return err
 	}

@@ -63,7 +63,7 @@ func (r *runner) gcs(ctx context.Context) error {
 		r.gcsUnavailable(fmt.Sprintf("cannot build the GCS emulator %s: %v", gcstest.Module, err))
 		return nil
 	}
-	emu, err := startEmulator(ctx, bin, r.logDir, gcsBucket)
+	emu, err := startEmulator(ctx, bin, r.logDir, gcsBucket, "")
 	if err != nil {
 		return err
 	}
