@@ -32,8 +32,10 @@ type runner struct {
 	noop   *mount // the no-op bazil daemon
 	gofuse *mount // go-fuse's loopback over src
 	// gofuseNoPT is go-fuse's loopback over src without FUSE passthrough
-	// (seq only, started on first use).
+	// and lockfsNoPT lockfs over src with --passthrough=off (seq only,
+	// started on first use).
 	gofuseNoPT *mount
+	lockfsNoPT *mount
 	cleanup    []func()
 }
 
@@ -142,12 +144,13 @@ func (r *runner) dir(parts ...string) (string, error) {
 }
 
 // startLockfs mounts lockfs over src at a new mount point named name.
-func (r *runner) startLockfs(ctx context.Context, name, src string) (*mount, error) {
+func (r *runner) startLockfs(ctx context.Context, name, src string, flags ...string) (*mount, error) {
 	mnt, err := r.dir("mnt", name)
 	if err != nil {
 		return nil, err
 	}
-	m, err := startMount(ctx, name, r.logDir, mnt, r.bin(binLockfs), "mount", "--log-level", "warn", src, mnt)
+	args := append(append([]string{"mount", "--log-level", "warn"}, flags...), src, mnt)
+	m, err := startMount(ctx, name, r.logDir, mnt, r.bin(binLockfs), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -187,10 +190,10 @@ func (r *runner) mainMounts(ctx context.Context) error {
 	return nil
 }
 
-// noPassthroughMount starts, on first use, go-fuse's loopback over the
-// shared SOURCE with -no-passthrough: every read and write then reaches
-// the daemon, as in lockfs.
-func (r *runner) noPassthroughMount(ctx context.Context) error {
+// noPassthroughMounts starts, on first use, go-fuse's loopback over the
+// shared SOURCE with -no-passthrough and lockfs over it with
+// --passthrough=off: every read and write then reaches the daemon.
+func (r *runner) noPassthroughMounts(ctx context.Context) error {
 	if r.gofuseNoPT != nil {
 		return nil
 	}
@@ -202,7 +205,8 @@ func (r *runner) noPassthroughMount(ctx context.Context) error {
 		return err
 	}
 	r.atClose(r.gofuseNoPT.unmount)
-	return nil
+	r.lockfsNoPT, err = r.startLockfs(ctx, "lockfs-nopt", r.src, "--passthrough=off")
+	return err
 }
 
 // lockDir makes the directory rel (e.g. "a/b/c/d") in the shared SOURCE

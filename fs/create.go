@@ -258,6 +258,7 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 	if f.openCache(&st, h.shared) {
 		resp.Flags |= fuse.OpenKeepCache
 	}
+	d.fs.openPassthrough(h, &resp.OpenResponse)
 	setEntryAttr(ctx, f, &st)
 	resp.EntryValid = entryValid
 	return f, h, nil

@@ -107,6 +107,7 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 	if n.openCache(&st, h.shared) {
 		resp.Flags |= fuse.OpenKeepCache
 	}
+	n.fs.openPassthrough(h, resp)
 	return h, nil
 }
 
@@ -198,6 +199,9 @@ type fileHandle struct {
 	// shared is set if the file is a shared-memory file (cache.go), by
 	// its name when opened.
 	shared bool
+	// io is how the kernel opened it: for passthrough or not
+	// (passthrough.go). Set before the handle is answered.
+	io ioMode
 
 	// Mutable state
 	mu sync.Mutex
@@ -212,6 +216,7 @@ var (
 	_ fusefs.HandleFlusher     = (*fileHandle)(nil)
 	_ fusefs.HandleReleaser    = (*fileHandle)(nil)
 	_ fusefs.HandleFAllocater  = (*fileHandle)(nil)
+	_ fusefs.HandleLseeker     = (*fileHandle)(nil)
 	_ fusefs.HandleFlockLocker = (*fileHandle)(nil)
 	_ fusefs.HandlePOSIXLocker = (*fileHandle)(nil)
 	_ fusefs.HandlePoller      = (*fileHandle)(nil)
@@ -333,6 +338,21 @@ func (h *fileHandle) FAllocate(ctx context.Context, req *fuse.FAllocateRequest) 
 	return nil
 }
 
+// Lseek answers SEEK_DATA and SEEK_HOLE from the backing file, so that
+// sparse files show their holes as on SOURCE. The handle's descriptor is
+// only ever used at explicit offsets, so moving its offset is harmless.
+func (h *fileHandle) Lseek(ctx context.Context, req *fuse.LseekRequest, resp *fuse.LseekResponse) error {
+	off, err := unix.Seek(h.of.fd, req.Offset, req.Whence)
+	if err != nil {
+		if err == unix.ENXIO {
+			return err // past the last data or hole: not a failure
+		}
+		return h.n.fs.fail("lseek", h.n.path(), err)
+	}
+	resp.Offset = off
+	return nil
+}
+
 // Flush is sent at every close(2) of a descriptor of the file: POSIX record
 // locks of the closing process end (filelock.go).
 func (h *fileHandle) Flush(ctx context.Context, req *fuse.FlushRequest) error {
@@ -347,6 +367,7 @@ func (h *fileHandle) Flush(ctx context.Context, req *fuse.FlushRequest) error {
 // end with it.
 func (h *fileHandle) Release(ctx context.Context, req *fuse.ReleaseRequest) error {
 	h.releaseOwners(req.LockOwner)
+	h.n.fs.releasePassthrough(h)
 	h.n.releaseOpen(h.of)
 	return nil
 }

@@ -33,6 +33,10 @@ type Config struct {
 	// ObserveOp, if set, is told how long each FUSE request took to
 	// answer, by operation ("lookup", "lockwait"...), for metrics.
 	ObserveOp func(op string, took time.Duration)
+	// Passthrough lets opens of regular files use FUSE passthrough where
+	// the kernel and the daemon's privileges allow (passthrough.go); mount
+	// with PassthroughOption too.
+	Passthrough bool
 	// ListControlFiles makes readdir list the control files of every
 	// directory. By default they are found by name only (SPEC §1).
 	ListControlFiles bool
@@ -167,6 +171,9 @@ type FS struct {
 
 	// ownersMu guards owners.
 	ownersMu sync.Mutex
+	// pt is the FUSE passthrough state (passthrough.go); pt.mu is a leaf.
+	pt passthrough
+
 	// owners holds, per backing inode and POSIX lock owner, the backing
 	// descriptor that carries that owner's byte-range locks (filelock.go).
 	// GUARDED_BY(ownersMu)

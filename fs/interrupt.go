@@ -210,6 +210,7 @@ func opName(req fuse.Request) string {
 // ends when its process is interrupted or when the engine closes: close the
 // engine after unmounting so that Serve can return.
 func Serve(conn *fuse.Conn, f *FS) error {
+	f.attachConn(conn)
 	srv := fusefs.New(conn, f.ServerConfig())
 	f.server.Store(srv)
 	return srv.Serve(f)

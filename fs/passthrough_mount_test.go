@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,6 +98,18 @@ func newPTMount(t testing.TB) *ptMount {
 	return newPTMountAt(t, src, mnt)
 }
 
+// ptTestPassthrough is whether newPTMountAt mounts with passthrough
+// (Config.Passthrough), as lockfs mount does by default. On unless
+// LOCKFS_TEST_PASSTHROUGH=off; TestPTDataLocksWithoutPassthrough turns it
+// off while it runs the data-file lock tests again (fs tests are not
+// parallel).
+var ptTestPassthrough atomic.Bool
+
+func init() { ptTestPassthrough.Store(os.Getenv("LOCKFS_TEST_PASSTHROUGH") != "off") }
+
+// withPassthrough sets Config.Passthrough for one mount.
+func withPassthrough(on bool) func(*Config) { return func(c *Config) { c.Passthrough = on } }
+
 // newPTMountAt mounts the existing directory src at the existing mnt, with
 // a lock engine over the local backend (whose backing names the mount
 // hides); opts adjust the configuration.
@@ -127,7 +140,7 @@ func newPTMountAt(t testing.TB, src, mnt string, opts ...func(*Config)) *ptMount
 		be.Close()
 		t.Fatal(err)
 	}
-	cfg := Config{Source: src, Logger: log, Engine: eng}
+	cfg := Config{Source: src, Logger: log, Engine: eng, Passthrough: ptTestPassthrough.Load()}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -136,7 +149,11 @@ func newPTMountAt(t testing.TB, src, mnt string, opts ...func(*Config)) *ptMount
 		eng.Close()
 		t.Fatal(err)
 	}
-	conn, err := fuse.Mount(mnt, MountOptions("lockfs-test", true)...)
+	mopts := MountOptions("lockfs-test", true)
+	if cfg.Passthrough {
+		mopts = append(mopts, PassthroughOption(src))
+	}
+	conn, err := fuse.Mount(mnt, mopts...)
 	if err != nil {
 		f.Close()
 		eng.Close()
@@ -176,6 +193,9 @@ func newPTMountAt(t testing.TB, src, mnt string, opts ...func(*Config)) *ptMount
 		}
 	})
 	pollProbe(t, src, mnt)
+	if on, why := f.PassthroughState(); cfg.Passthrough && !on && conn.Features()&fuse.InitPassthrough != 0 && os.Geteuid() == 0 {
+		t.Fatalf("passthrough asked for, offered by the kernel, daemon root, yet off: %s", why)
+	}
 	return &ptMount{t: t, fs: f, src: src, mnt: mnt, msgs: msgs}
 }
 

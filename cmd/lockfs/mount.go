@@ -76,6 +76,7 @@ type mountFlags struct {
 	adminDir    string
 	slowWait    time.Duration
 	readaheadKB int
+	passthrough string
 	listCtl     bool
 	maxOpen     int
 	gcs         gcsFlags
@@ -94,6 +95,7 @@ func addMountFlags(fs *pflag.FlagSet, mf *mountFlags) {
 	fs.StringVar(&mf.adminDir, "admin-dir", admin.SocketDir, "directory of the admin socket that lockfs status and lockfs break use")
 	durationVarP(fs, &mf.slowWait, "log-wait-over", "", time.Second, "log waits longer than this: when they pass it, every minute while they last (naming who is in the way), and at the grant (0: never)")
 	fs.IntVar(&mf.readaheadKB, "readahead-kb", defaultReadaheadKB, "kernel readahead of the mount in KiB, for sequential reads (FUSE's default is 128; 0: leave it; needs root)")
+	fs.StringVar(&mf.passthrough, "passthrough", "auto", "FUSE passthrough of regular files' reads, writes and mmap: auto (where the kernel and CAP_SYS_ADMIN allow) or off")
 	fs.BoolVar(&mf.listCtl, "list-control-files", false, "list .lock, .lock_newdir and .lock_usage in readdir (by default they are found by name only)")
 	fs.IntVar(&mf.maxOpen, "max-open-per-uid", -1, "files and directories one user may hold open through the mount (EMFILE beyond; -1: a quarter of the daemon's descriptor limit; 0: no cap)")
 	fs.StringVar(&mf.gcs.bucket, "gcs-bucket", "", "gcs backend: the bucket holding the lock leases")
@@ -138,6 +140,9 @@ func runMount(mf mountFlags, source, mountpoint string, stderr io.Writer) error 
 	}
 	if mf.maxOpen < -1 {
 		return usagef("--max-open-per-uid %d: want -1 (automatic), 0 (no cap) or a count", mf.maxOpen)
+	}
+	if mf.passthrough != "auto" && mf.passthrough != "off" {
+		return usagef("--passthrough %q: want auto or off", mf.passthrough)
 	}
 	if mf.readaheadKB < 0 {
 		return usagef("--readahead-kb %d: want 0 (leave the kernel's) or a size in KiB", mf.readaheadKB)
@@ -273,12 +278,18 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 		log.Warnf("%s=1: the kernel's cache is kept whatever changes in SOURCE; data written there or through another mount can be read stale and lost (for tests only)", keepCacheEnv)
 	}
 	f, err := fs.New(fs.Config{Source: paths.source, Engine: engine, Logger: log, Host: host, ObserveOp: m.FUSEOp,
-		ListControlFiles: mf.listCtl, MaxOpenPerUID: maxOpenPerUID(mf.maxOpen, raiseNofile(log)), Observer: m, KeepCacheUnsafe: keepCache})
+		ListControlFiles: mf.listCtl, MaxOpenPerUID: maxOpenPerUID(mf.maxOpen, raiseNofile(log)), Observer: m, KeepCacheUnsafe: keepCache,
+		Passthrough: mf.passthrough == "auto"})
 	if err != nil {
 		return nil, err
 	}
 	undo = append(undo, func() { f.Close() })
-	conn, err := fuse.Mount(paths.mountpoint, fs.MountOptions(fsName(paths.source), mf.allowOther)...)
+	mopts := fs.MountOptions(fsName(paths.source), mf.allowOther)
+	if mf.passthrough == "auto" {
+		mopts = append(mopts, fs.PassthroughOption(paths.source))
+	}
+	m.RegisterPassthrough(func() bool { on, _ := f.PassthroughState(); return on })
+	conn, err := fuse.Mount(paths.mountpoint, mopts...)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w%s", paths.mountpoint, err, mountHint(err))
 	}
