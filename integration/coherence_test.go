@@ -26,10 +26,16 @@ type dataMode struct {
 
 // dataModes are the modes every coherence test runs in. Without FUSE
 // passthrough the kernel's page cache is revalidated at open and lock
-// grants; that is the only mode until the daemon speaks passthrough.
+// grants; with it (the default as root, docs/DATA-PATH.md) the mount uses
+// SOURCE's own page cache.
 var dataModes = []dataMode{
-	{name: "cached", args: nil},
+	{name: "cached", args: []string{"--passthrough=off"}},
+	{name: "passthrough", args: nil},
 }
+
+// controlArgs are the daemon flags of every control: the kernel's cache
+// can only be kept (keepCacheEnv) without passthrough.
+var controlArgs = []string{"--passthrough=off"}
 
 // keepCacheEnv makes a daemon keep the kernel's cache whatever happens in
 // SOURCE: the control of every coherence test.
@@ -121,7 +127,7 @@ func TestSQLiteControlKeepCacheLoses(t *testing.T) {
 	const rows = 150
 	for _, mode := range []string{"wal", "delete"} {
 		t.Run(mode, func(t *testing.T) {
-			a, b := twoMounts(t, nil, keepCacheEnv)
+			a, b := twoMounts(t, controlArgs, keepCacheEnv)
 			res := runSQLiteWriters(t, a, b, mode, rows)
 			if !res.lost(3 * rows) {
 				t.Errorf("with the cache kept regardless, %d rows and integrity %q: the coherence test could not fail", res.rows, res.integrity)
@@ -182,7 +188,7 @@ func TestLockedCounterAcrossMounts(t *testing.T) {
 		})
 	}
 	t.Run("control", func(t *testing.T) {
-		a, b := twoMounts(t, nil, keepCacheEnv)
+		a, b := twoMounts(t, controlArgs, keepCacheEnv)
 		got := counterRun(t, a.srcPath("c", "counter"), []string{a.path("c", "counter"), b.path("c", "counter")}, n)
 		if got == fmt.Sprint(2*n) {
 			t.Errorf("with the cache kept regardless the counter still ended at %s: the test could not fail", got)
@@ -245,7 +251,7 @@ print("reopened", os.pread(fd2, 64, 0).decode(), flush=True)
 		})
 	}
 	t.Run("control", func(t *testing.T) {
-		m := mount(t, withEnv(keepCacheEnv))
+		m := mount(t, withArgs(controlArgs...), withEnv(keepCacheEnv))
 		check(t, m, "flock", false)
 		check(t, m, "lockf", false)
 	})
