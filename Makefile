@@ -1,4 +1,4 @@
-# lockfs: make build | man | test | bench | run | run-multihost | vet | storm | deps | clean | install
+# lockfs: make build | man | dist | test | bench | run | run-multihost | vet | storm | deps | clean | install
 #
 # `make test` and `make run` install their prerequisites themselves when run
 # as root on Debian/Ubuntu (see scripts/deps.sh).
@@ -15,7 +15,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # The full kill-during-wait storm (`make storm`); `make test` runs 300 trials.
 STORM_TRIALS ?= 10000
 
-.PHONY: all build man unit install uninstall test bench bench-smoke run run-multihost vet fmt-check storm deps clean
+.PHONY: all build man unit install uninstall dist test bench bench-smoke run run-multihost vet fmt-check storm deps clean
 
 all: build
 
@@ -76,10 +76,33 @@ run: deps build
 run-multihost: deps
 	@GO="$(GO)" LDFLAGS="$(LDFLAGS)" scripts/run-multihost.sh
 
+# Release artefacts in dist/ (gitignored): a static, stripped binary and a
+# .deb (nfpm, pinned as a Go tool in go.mod) with the binary, the mount
+# helper link, the systemd unit, the logrotate rule, man pages and shell
+# completion. scripts/test-deb.sh (run by integration.TestDebPackage)
+# checks the package's contents and installs and removes it in a scratch
+# root with dpkg --root.
+DIST       := dist
+GOARCH     ?= $(shell $(GO) env GOARCH)
+DEBVERSION := $(shell echo '$(VERSION)' | sed 's/^v//; s/-/+/g')
+
+dist:
+	rm -rf $(DIST)
+	mkdir -p $(DIST)/man $(DIST)/completion
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(DIST)/lockfs ./cmd/lockfs
+	$(DIST)/lockfs gen-man $(DIST)/man
+	gzip -9n $(DIST)/man/*.1
+	$(DIST)/lockfs completion bash >$(DIST)/completion/lockfs.bash
+	$(DIST)/lockfs completion zsh >$(DIST)/completion/_lockfs
+	$(DIST)/lockfs completion fish >$(DIST)/completion/lockfs.fish
+	sed 's|@BINDIR@|/usr/bin|g' contrib/systemd/lockfs@.service.in >$(DIST)/lockfs@.service
+	VERSION='$(DEBVERSION)' ARCH='$(GOARCH)' $(GO) tool nfpm package --config packaging/nfpm.yaml --packager deb --target $(DIST)/
+	@ls -l $(DIST)/lockfs $(DIST)/*.deb
+
 clean:
 	@for m in demo/mnt demo/hostA/mnt demo/hostB/mnt; do \
 		if grep -qs " $(CURDIR)/$$m " /proc/mounts; then fusermount3 -uz $$m || true; fi; done
-	rm -rf bin demo
+	rm -rf bin demo dist
 
 # Install the binary, the mount(8) helper for /etc/fstab lines of type
 # fuse.lockfs, the man pages, shell completion and the systemd unit template

@@ -76,7 +76,7 @@ func require(t *testing.T, tools ...string) {
 	t.Helper()
 	pkgs := map[string]string{
 		"fusermount3": "fuse3", "flock": "util-linux", "setpriv": "util-linux",
-		"python3": "python3", "sqlite3": "sqlite3", "stress-ng": "stress-ng", "promtool": "prometheus", "systemd-analyze": "systemd",
+		"python3": "python3", "sqlite3": "sqlite3", "stress-ng": "stress-ng", "promtool": "prometheus", "systemd-analyze": "systemd", "make": "make", "dpkg": "dpkg", "dpkg-deb": "dpkg",
 	}
 	var missing []string
 	for _, tool := range tools {
