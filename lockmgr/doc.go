@@ -54,9 +54,11 @@
 //
 // Threads are the nodes of the wait-for graph: a waiting thread waits for
 // the threads that took the conflicting holds and for the earlier waiters
-// it queues behind. A request whose wait would close a cycle fails at once
-// with ErrDeadlock (closesCycleLocked). Holds of other hosts or of
-// processes outside lockfs are not seen.
+// it queues behind. A hold whose taker has exited stands for its heirs,
+// and a heir waits for what its descendants wait for (the shell of
+// `exec 8>a/.lock; flock 8` waits for its children). A request whose wait
+// would close a cycle fails at once with ErrDeadlock (closesCycleLocked).
+// Holds of other hosts or of processes outside lockfs are not seen.
 //
 // # Conversion
 //
