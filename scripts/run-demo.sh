@@ -9,9 +9,8 @@ bin=${1:-bin/lockfs}
 src=demo/source
 mnt=demo/mnt
 
-mkdir -p "$src/projects/alpha" "$src/projects/beta" "$src/shared" "$mnt"
-[[ -e $src/projects/alpha/README ]] || echo "project alpha" >"$src/projects/alpha/README"
-[[ -e $src/projects/beta/README ]] || echo "project beta" >"$src/projects/beta/README"
+scripts/demo-tree.sh "$src"
+mkdir -p "$mnt"
 
 # A mount left by an earlier run that was killed: lockfs would clean up a
 # stale one by itself, but a live one (another demo running) is ours to drop.
@@ -24,7 +23,7 @@ cat <<MSG
 lockfs demo: $src is mounted at $mnt until you press Ctrl-C.
 Try, from another shell in $PWD:
 
-  ls -a $mnt/projects                                   # .lock .lock_newdir .lock_usage alpha beta
+  ls -a $mnt/projects                                   # alpha beta: control files are found by name, not listed
   flock $mnt/projects/.lock -c 'echo got it; sleep 5'   # exclusive lock on projects/
   flock -s $mnt/projects/alpha/.lock -c 'echo shared; sleep 5'
   cat $mnt/projects/.lock                               # who holds it, who waits
