@@ -243,3 +243,46 @@ func (f *FS) invalidateData(n fusefs.Node) {
 		f.log.WithError(err).Warn("invalidating the kernel's cache of a file")
 	}
 }
+
+// A directory lock guards the immediate children of its directory (SPEC
+// §2): their names and attributes are whatever SOURCE has when the lock
+// is granted. The kernel may have kept them from before (entryValid,
+// fileAttrValid), changed since by another mount or in SOURCE: a granted
+// directory or new-dir lock drops them.
+
+// dirChild is a name in a directory and the node the kernel knows by it.
+type dirChild struct {
+	n    passNode
+	name string
+}
+
+// knownChildren returns the nodes that the daemon knows under a name in d.
+func (d *Dir) knownChildren() []dirChild {
+	d.fs.treeMu.RLock()
+	defer d.fs.treeMu.RUnlock()
+	out := make([]dirChild, 0, len(d.children))
+	for c := range d.children {
+		for _, l := range c.links {
+			if l.dir == d {
+				out = append(out, dirChild{n: c.self, name: l.name})
+			}
+		}
+	}
+	return out
+}
+
+// revalidateChildren drops the kernel's names and attributes of d's
+// children, and d's own attributes, for a directory lock granted on d.
+func (d *Dir) revalidateChildren() {
+	srv := d.fs.server.Load()
+	if srv == nil || d.fs.cfg.KeepCacheUnsafe {
+		return
+	}
+	for _, c := range d.knownChildren() {
+		if err := srv.InvalidateEntry(d, c.name); err != nil && !errors.Is(err, fuse.ErrNotCached) {
+			d.fs.log.WithError(err).Warn("invalidating the kernel's name of a file")
+		}
+		d.fs.invalidateAttr(c.n)
+	}
+	d.fs.invalidateAttr(d)
+}

@@ -228,6 +228,7 @@ func New(cfg Config) (*FS, error) {
 	f.ctl = newControlState(cfg.Engine, log, cfg.Observer)
 	f.handles = newHandleCap(cfg.MaxOpenPerUID)
 	f.root = &Dir{node: node{fs: f, key: keyOf(&st), ftype: unix.S_IFDIR}}
+	f.root.self = f.root
 	f.nodes[f.root.key] = f.root
 	return f, nil
 }

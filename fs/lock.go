@@ -165,6 +165,9 @@ func (h *controlHandle) lock(ctx context.Context, req *fuse.LockRequest, wait bo
 	if err != nil {
 		return c.refuse(call, err)
 	}
+	if h.n.kind == lockmgr.KindDir || h.n.kind == lockmgr.KindNewDir {
+		h.n.dir.revalidateChildren() // cache.go
+	}
 	return nil
 }
 

@@ -34,6 +34,9 @@ type node struct {
 	// Constant data
 	key   inodeKey
 	ftype uint32 // S_IFMT bits
+	// self is the *File or *Dir this node is part of: the node bazil
+	// knows.
+	self passNode
 
 	// Mutable state
 
@@ -45,6 +48,11 @@ type node struct {
 	// lastLink is the last name of a node that has none left, for
 	// messages. GUARDED_BY(fs.treeMu)
 	lastLink link
+	// children are, for a directory, the nodes with a link into it, for
+	// the directory lock's revalidation (cache.go). INVARIANT: c is in
+	// d.children iff one of c.links has dir d, or c was forgotten.
+	// GUARDED_BY(fs.treeMu)
+	children map[*node]struct{}
 
 	// seen is when a lookup last found the node (UnixNano).
 	seen atomic.Int64
@@ -155,6 +163,21 @@ func (n *node) path() string {
 	return "?"
 }
 
+// setLinksLocked sets n's links to ls and keeps the directories' children
+// sets in step. Call with fs.treeMu held.
+func (n *node) setLinksLocked(ls []link) {
+	for _, l := range n.links {
+		delete(l.dir.children, n)
+	}
+	n.links = ls
+	for _, l := range ls {
+		if l.dir.children == nil {
+			l.dir.children = make(map[*node]struct{})
+		}
+		l.dir.children[n] = struct{}{}
+	}
+}
+
 // addLink records that n is known as name in dir.
 func (n *node) addLink(dir *Dir, name string) {
 	if n == &n.fs.root.node {
@@ -164,7 +187,7 @@ func (n *node) addLink(dir *Dir, name string) {
 	n.fs.treeMu.Lock()
 	defer n.fs.treeMu.Unlock()
 	if n.ftype == unix.S_IFDIR {
-		n.links = append(n.links[:0], l)
+		n.setLinksLocked([]link{l})
 		return
 	}
 	if len(n.links) > 0 && n.links[0] == l {
@@ -176,7 +199,7 @@ func (n *node) addLink(dir *Dir, name string) {
 			ls = append(ls, old)
 		}
 	}
-	n.links = ls
+	n.setLinksLocked(ls)
 }
 
 // dropLinkLocked forgets that n is known as name in dir. A directory keeps
@@ -188,7 +211,7 @@ func (n *node) dropLinkLocked(dir *Dir, name string) {
 	}
 	for i, l := range n.links {
 		if l.dir == dir && l.name == name {
-			n.links = append(n.links[:i:i], n.links[i+1:]...)
+			n.setLinksLocked(append(n.links[:i:i], n.links[i+1:]...))
 			if len(n.links) == 0 {
 				n.lastLink = l
 			}
@@ -202,7 +225,7 @@ func (n *node) dropLinkLocked(dir *Dir, name string) {
 func (n *node) moveLinkLocked(odir *Dir, oname string, ndir *Dir, nname string) {
 	nl := link{dir: ndir, name: nname}
 	if n.ftype == unix.S_IFDIR {
-		n.links = append(n.links[:0], nl)
+		n.setLinksLocked([]link{nl})
 		return
 	}
 	ls := []link{nl}
@@ -214,7 +237,7 @@ func (n *node) moveLinkLocked(odir *Dir, oname string, ndir *Dir, nname string) 
 			ls = append(ls, l)
 		}
 	}
-	n.links = ls
+	n.setLinksLocked(ls)
 }
 
 // nodeFor returns the node of the inode st describes, found as name in dir,
@@ -235,9 +258,13 @@ func (f *FS) nodeForNew(st *inodeStat, dir *Dir, name string, created bool) pass
 		// New, or the inode number was reused: a fresh node, so that
 		// the kernel sees a fresh inode.
 		if ftype == unix.S_IFDIR {
-			n = &Dir{node: node{fs: f, key: key, ftype: ftype}}
+			d := &Dir{node: node{fs: f, key: key, ftype: ftype}}
+			d.self = d
+			n = d
 		} else {
-			n = &File{node: node{fs: f, key: key, ftype: ftype}}
+			fl := &File{node: node{fs: f, key: key, ftype: ftype}}
+			fl.self = fl
+			n = fl
 		}
 		f.nodes[key] = n
 	}
@@ -267,6 +294,11 @@ func (n *node) Forget() {
 	}
 	n.fs.nodesMu.Unlock()
 	if forgot {
+		n.fs.treeMu.Lock()
+		for _, l := range n.links {
+			delete(l.dir.children, n)
+		}
+		n.fs.treeMu.Unlock()
 		n.fs.noteForget()
 	}
 }

@@ -357,3 +357,51 @@ func TestAttributesFromSource(t *testing.T) {
 		}
 	})
 }
+
+// TestDirLockRevalidatesChildren: a directory lock guards the names and
+// attributes of the directory's children (SPEC §2), so once `flock
+// dir/.lock` is granted, a chmod and a rename made in SOURCE show through
+// the mount at once, though the kernel had cached the old ones. The control
+// keeps the cache regardless and still shows them.
+func TestDirLockRevalidatesChildren(t *testing.T) {
+	// underLock caches c/f and c/g, changes them in SOURCE, and reports
+	// what a command run under c/.lock sees: the mode of c/f and whether
+	// c/g still resolves.
+	underLock := func(t *testing.T, m *Mount) string {
+		t.Helper()
+		for _, n := range []string{"f", "g"} {
+			if err := os.WriteFile(m.srcPath("c", n), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(m.path("c", n)); err != nil { // cached from here
+				t.Fatal(err)
+			}
+		}
+		if err := os.Chmod(m.srcPath("c", "f"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(m.srcPath("c", "g"), m.srcPath("c", "h")); err != nil {
+			t.Fatal(err)
+		}
+		r := run(t, 30*time.Second, "flock", "-s", m.path("c", ".lock"), "sh", "-c",
+			`stat -c %a "$1"; if [ -e "$2" ]; then echo g-resolves; else echo g-gone; fi`, "sh", m.path("c", "f"), m.path("c", "g"))
+		if r.code != 0 {
+			t.Fatalf("flock: %v", r)
+		}
+		return strings.Join(strings.Fields(r.stdout), " ")
+	}
+	for _, dm := range dataModes {
+		t.Run(dm.name, func(t *testing.T) {
+			m := mount(t, withArgs(dm.args...))
+			if got := underLock(t, m); got != "600 g-gone" {
+				t.Errorf("under c/.lock after a chmod and a rename in SOURCE: %q, want %q", got, "600 g-gone")
+			}
+		})
+	}
+	t.Run("control", func(t *testing.T) {
+		m := mount(t, withEnv(keepCacheEnv))
+		if got := underLock(t, m); got == "600 g-gone" {
+			t.Errorf("with the cache kept regardless, the lock still showed the changes (%q): the test could not fail", got)
+		}
+	})
+}
