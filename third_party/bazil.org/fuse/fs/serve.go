@@ -1381,7 +1381,7 @@ func (c *Server) handleRequest(ctx context.Context, node Node, snode *serveNode,
 		}
 		handle := shandle.handle
 
-		s := &fuse.ReadResponse{Data: make([]byte, 0, r.Size)}
+		s := &fuse.ReadResponse{}
 		if r.Dir {
 			if h, ok := handle.(HandleReadDirAller); ok {
 				// detect rewinddir(3) or similar seek and refresh
@@ -1404,6 +1404,7 @@ func (c *Server) handleRequest(ctx context.Context, node Node, snode *serveNode,
 					}
 					shandle.readData = data
 				}
+				s.Data = make([]byte, 0, r.Size)
 				fuseutil.HandleRead(r, s, shandle.readData)
 				done(s)
 				r.Respond(s)
@@ -1421,6 +1422,7 @@ func (c *Server) handleRequest(ctx context.Context, node Node, snode *serveNode,
 					}
 					shandle.readData = data
 				}
+				s.Data = make([]byte, 0, r.Size)
 				fuseutil.HandleRead(r, s, shandle.readData)
 				done(s)
 				r.Respond(s)
@@ -1431,6 +1433,11 @@ func (c *Server) handleRequest(ctx context.Context, node Node, snode *serveNode,
 				err := handleNotReaderError{handle: handle}
 				return err
 			}
+			// A buffer of up to 1 MiB from a pool: Respond writes it
+			// out before it goes back.
+			buf := getReadBuf(r.Size)
+			defer putReadBuf(buf)
+			s.Data = (*buf)[:0]
 			if err := h.Read(ctx, r, s); err != nil {
 				return err
 			}
@@ -2084,4 +2091,29 @@ func GenerateDynamicInode(parent uint64, name string) uint64 {
 		_, _ = h.Write([]byte{'x'})
 	}
 	return inode
+}
+
+// readBufSize is the size of the pooled buffers that file reads are
+// answered from: the largest read the kernel sends (1 MiB, max_pages).
+const readBufSize = 1 << 20
+
+var readBufs = sync.Pool{New: func() interface{} {
+	b := make([]byte, readBufSize)
+	return &b
+}}
+
+// getReadBuf returns a buffer for a read of size bytes: a pooled one if
+// it fits, else a new one.
+func getReadBuf(size int) *[]byte {
+	if size > readBufSize {
+		b := make([]byte, size)
+		return &b
+	}
+	return readBufs.Get().(*[]byte)
+}
+
+func putReadBuf(b *[]byte) {
+	if cap(*b) == readBufSize {
+		readBufs.Put(b)
+	}
 }
