@@ -349,7 +349,7 @@ func TestAttributesFromSource(t *testing.T) {
 		})
 	}
 	t.Run("control", func(t *testing.T) {
-		m := mount(t, withEnv(keepCacheEnv))
+		m := mount(t, withArgs(controlArgs...), withEnv(keepCacheEnv))
 		mode, _ := afterLock(t, m, "chmod", chmod)
 		_, size := afterLock(t, m, "grow", grow)
 		if mode.Perm() == 0o600 && size == 10 {
@@ -399,7 +399,7 @@ func TestDirLockRevalidatesChildren(t *testing.T) {
 		})
 	}
 	t.Run("control", func(t *testing.T) {
-		m := mount(t, withEnv(keepCacheEnv))
+		m := mount(t, withArgs(controlArgs...), withEnv(keepCacheEnv))
 		if got := underLock(t, m); got == "600 g-gone" {
 			t.Errorf("with the cache kept regardless, the lock still showed the changes (%q): the test could not fail", got)
 		}
