@@ -196,7 +196,7 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 		return Grant{Token: tok}, nil
 	case req.Mode == Shared: // downgrade
 		ls.change(h, func() { h.explicit = Shared })
-		ls.broadcastLocked()
+		e.broadcastLocked(ls)
 		e.settleLocked(ls)
 		e.mu.Unlock()
 		return e.issueToken(ctx, req.Lock, req.Owner)
@@ -237,7 +237,7 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 		e.mu.Unlock()
 		return Grant{}, ErrDeadlock
 	}
-	ls.broadcastLocked()
+	e.broadcastLocked(ls)
 	if err := e.stepLocked(ctx, up, rc); err != nil {
 		// As in the kernel, a failed conversion leaves no lock at all.
 		steps := plan(req.Lock, req.Mode)
@@ -487,7 +487,7 @@ func (e *Engine) claimLocked(ctx context.Context, ls *lockState, need Mode, wait
 
 	e.mu.Lock()
 	ls.busy, ls.busyWaits = false, false
-	ls.broadcastLocked()
+	e.broadcastLocked(ls)
 	if fresh != nil {
 		ls.lease = fresh
 		e.watchLocked(ls, fresh)

@@ -97,7 +97,7 @@ func (t *fakeTree) WaitExit(ctx context.Context, p ProcID) error {
 	}
 }
 
-func (t *fakeTree) Descriptors(ino uint64) ([][]ProcID, error) {
+func (t *fakeTree) Descriptors(ino uint64, known func(pid int) bool) ([][]ProcID, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var ds []fakeDesc

@@ -179,8 +179,15 @@ func (e *Engine) reassignLocked(w *procWatch) {
 		}
 	}
 	if len(jobs) > 0 {
+		known := map[uint64]map[int]bool{}
 		for _, j := range jobs {
 			j.h.scanning++
+			if known[j.ino] == nil {
+				known[j.ino] = map[int]bool{}
+			}
+			for p := range e.othersLocked(j.h) {
+				known[j.ino][p.PID] = true
+			}
 		}
 		found := make(map[uint64][][]ProcID)
 		e.mu.Unlock()
@@ -188,7 +195,8 @@ func (e *Engine) reassignLocked(w *procWatch) {
 			if _, ok := found[j.ino]; ok {
 				continue
 			}
-			groups, err := e.watcher.Descriptors(j.ino)
+			k := known[j.ino]
+			groups, err := e.watcher.Descriptors(j.ino, func(pid int) bool { return k[pid] })
 			if err != nil {
 				e.log.WithError(err).Warn("cannot tell who holds a lock's descriptor: nobody inherits it")
 			}
@@ -235,16 +243,14 @@ func (e *Engine) setHeirsLocked(h *hold, heirs []ProcID) {
 	}
 }
 
-// pickHeirsLocked chooses h's open file description among the groups of
-// descriptors of its control file (see the rules at the top of the file).
-func (e *Engine) pickHeirsLocked(h *hold, groups [][]ProcID) []ProcID {
-	ls := e.locks[h.id]
-	if ls == nil || len(groups) == 0 {
-		return nil
-	}
-	// Processes known to hold or wait for this lock through another
-	// description.
+// othersLocked returns the processes known to hold or wait for h's lock
+// through another open file description than h's.
+func (e *Engine) othersLocked(h *hold) map[ProcID]bool {
 	others := map[ProcID]bool{}
+	ls := e.locks[h.id]
+	if ls == nil {
+		return others
+	}
 	for _, o := range ls.holds {
 		if o != h && o.owner.Class == OwnerFile && len(o.lineage) > 0 && !e.exitedLocked(o.lineage[0]) {
 			others[o.lineage[0]] = true
@@ -255,6 +261,17 @@ func (e *Engine) pickHeirsLocked(h *hold, groups [][]ProcID) []ProcID {
 			others[q.rc.lineage[0]] = true
 		}
 	}
+	return others
+}
+
+// pickHeirsLocked chooses h's open file description among the groups of
+// descriptors of its control file (see the rules at the top of the file).
+func (e *Engine) pickHeirsLocked(h *hold, groups [][]ProcID) []ProcID {
+	ls := e.locks[h.id]
+	if ls == nil || len(groups) == 0 {
+		return nil
+	}
+	others := e.othersLocked(h)
 	inGroups := map[ProcID]int{}
 	for _, g := range groups {
 		for _, p := range g {

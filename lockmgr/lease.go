@@ -91,7 +91,7 @@ func (e *Engine) loseLocked(ls *lockState, lease Lease, cause error) {
 			}).Error("lock lost")
 		}
 		if touched {
-			l.broadcastLocked()
+			e.broadcastLocked(l)
 			if l != ls {
 				others = append(others, l)
 			}

@@ -44,8 +44,11 @@ type ProcessWatcher interface {
 	// returning ctx.Err().
 	WaitExit(ctx context.Context, p ProcID) error
 	// Descriptors returns the live processes that hold a descriptor of the
-	// file with inode number ino, one group per open file description.
-	Descriptors(ino uint64) ([][]ProcID, error)
+	// file with inode number ino, one group per open file description. A
+	// process for which known returns true, and that holds exactly one
+	// such descriptor, is known to hold a description of its own: it may
+	// be reported as a group of its own without comparing descriptors.
+	Descriptors(ino uint64, known func(pid int) bool) ([][]ProcID, error)
 }
 
 var _ ProcessWatcher = (*ProcTree)(nil)
@@ -107,8 +110,11 @@ func (t *ProcTree) pollExit(ctx context.Context, p ProcID) error {
 	return nil
 }
 
-// Descriptors implements ProcessWatcher.
-func (t *ProcTree) Descriptors(ino uint64) ([][]ProcID, error) {
+// Descriptors implements ProcessWatcher. Comparing descriptors costs a
+// kcmp per candidate and group, so the candidates known to hold a
+// description of their own (a waiter's) are set apart first: with many
+// waiters the scan stays linear.
+func (t *ProcTree) Descriptors(ino uint64, known func(pid int) bool) ([][]ProcID, error) {
 	if ino == 0 {
 		return nil, nil
 	}
@@ -122,14 +128,14 @@ func (t *ProcTree) Descriptors(ino uint64) ([][]ProcID, error) {
 		p  ProcID
 		fd int
 	}
-	var groups [][]fdRef
+	var cands []fdRef
+	perPID := map[int]int{}
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(d.Name())
 		if err != nil || pid == self {
 			continue
 		}
-		fdDir := filepath.Join(t.root, d.Name(), "fd")
-		fds, err := os.ReadDir(fdDir)
+		fds, err := os.ReadDir(filepath.Join(t.root, d.Name(), "fd"))
 		if err != nil {
 			continue // gone, or not ours to read
 		}
@@ -146,21 +152,29 @@ func (t *ProcTree) Descriptors(ino uint64) ([][]ProcID, error) {
 				}
 				p = ProcID{PID: pid, Start: start}
 			}
-			ref := fdRef{p: p, fd: fd}
-			placed := false
-			for i, g := range groups {
-				if sameFile(g[0].p.PID, g[0].fd, pid, fd) {
-					groups[i] = append(g, ref)
-					placed = true
-					break
-				}
-			}
-			if !placed {
-				groups = append(groups, []fdRef{ref})
-			}
+			cands = append(cands, fdRef{p: p, fd: fd})
+			perPID[pid]++
 		}
 	}
-	out := make([][]ProcID, 0, len(groups))
+	var out [][]ProcID
+	var groups [][]fdRef
+	for _, c := range cands {
+		if known != nil && perPID[c.p.PID] == 1 && known(c.p.PID) {
+			out = append(out, []ProcID{c.p})
+			continue
+		}
+		placed := false
+		for i, g := range groups {
+			if sameFile(g[0].p.PID, g[0].fd, c.p.PID, c.fd) {
+				groups[i] = append(g, c)
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			groups = append(groups, []fdRef{c})
+		}
+	}
 	for _, g := range groups {
 		var procs []ProcID
 		for _, r := range g {

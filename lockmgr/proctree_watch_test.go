@@ -122,7 +122,7 @@ func TestDescriptors(t *testing.T) {
 	shared.Close()
 	own.Close()
 
-	groups, err := tree.Descriptors(st.Ino)
+	groups, err := tree.Descriptors(st.Ino, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestDescriptors(t *testing.T) {
 		t.Fatalf("groups %v, want %v", got, want)
 	}
 	// Control: another inode has no holders.
-	if groups, err := tree.Descriptors(st.Ino + 1); err != nil || len(groups) != 0 {
+	if groups, err := tree.Descriptors(st.Ino+1, nil); err != nil || len(groups) != 0 {
 		t.Fatalf("another inode: %v, %v", groups, err)
 	}
 }

@@ -33,7 +33,7 @@ func (e *Engine) Release(ctx context.Context, id LockID, owner Owner) error {
 	if h.implicit == 0 {
 		e.dropHoldLocked(ls, h)
 	}
-	ls.broadcastLocked()
+	e.broadcastLocked(ls)
 	steps := plan(id, mode)
 	e.rollbackLocked(steps[:len(steps)-1], owner)
 	e.settleLocked(ls)
@@ -77,7 +77,7 @@ func (e *Engine) releaseStepLocked(s step, owner Owner) {
 	if h.explicit == 0 && h.implicit == 0 {
 		e.dropHoldLocked(ls, h)
 	}
-	ls.broadcastLocked()
+	e.broadcastLocked(ls)
 	e.settleLocked(ls)
 }
 
@@ -126,7 +126,7 @@ func (e *Engine) settleLocked(ls *lockState) {
 		if release {
 			ls.lease = nil
 		}
-		ls.broadcastLocked()
+		e.broadcastLocked(ls)
 		if err != nil {
 			e.log.WithError(err).WithField("path", ls.id.String()).Warn("backend release or downgrade failed")
 			if !release {

@@ -202,6 +202,26 @@ func (ls *lockState) broadcastLocked() {
 	ls.wakeFrontLocked()
 }
 
+// broadcastLocked is lockState.broadcastLocked plus a wake-up of the
+// waiters that may jump the queue (privilegedLocked): those whose lineage
+// holds the lock, which the front need not include. Looked for only among
+// the holds' processes that some waiter descends from (ls.under).
+func (e *Engine) broadcastLocked(ls *lockState) {
+	ls.broadcastLocked()
+	if ls.nQueue == 0 || len(ls.under) == 0 {
+		return
+	}
+	for _, h := range ls.holds {
+		if h.lost != nil {
+			continue
+		}
+		procs, _ := e.procsLocked(h)
+		for _, p := range procs {
+			ls.wakeUnderLocked(p)
+		}
+	}
+}
+
 // changedLocked returns the channel that the next change of ls closes.
 func (ls *lockState) changedLocked() chan struct{} {
 	if ls.changed == nil {
