@@ -87,6 +87,11 @@ func (f *FS) removeBackingFiles(dirFd int, name string, st *inodeStat) error {
 		}
 	}
 
+	// The backend's claims kept after their release are no hold: have
+	// them dropped, so that only real holds make the rmdir busy.
+	if f.cfg.Engine != nil {
+		f.cfg.Engine.DropKeptClaims()
+	}
 	// Lock every backing file first, so that a busy one leaves all of
 	// them in place.
 	type held struct {

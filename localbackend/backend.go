@@ -37,6 +37,9 @@ type Backend struct {
 	flockPath string
 	syncToken bool
 	src       *os.File // O_PATH|O_DIRECTORY descriptor of SOURCE; see fdDo
+	// keepFor is how long a released shared claim keeps its flock
+	// (keep.go); 0 disables the keep (tests' control).
+	keepFor time.Duration
 
 	// closeCtx is cancelled when Close begins, to interrupt waits.
 	closeCtx    context.Context
@@ -54,6 +57,12 @@ type Backend struct {
 	// idleSweep closes expired idle descriptors; nil while none is
 	// pending. GUARDED_BY(mu)
 	idleSweep *time.Timer
+	// kept are released shared claims still holding LOCK_SH, by backing
+	// file (keep.go). GUARDED_BY(mu)
+	kept map[string]*keptFile
+	// keepSweep unlocks expired kept claims; nil while none is pending.
+	// GUARDED_BY(mu)
+	keepSweep *time.Timer
 	// inflight counts calls in progress. Add only under mu while !closed.
 	inflight sync.WaitGroup
 }
@@ -88,11 +97,19 @@ func New(cfg Config) (*Backend, error) {
 		unix.Close(fd)
 		return nil, err
 	}
+	keep := cfg.KeepShared
+	switch {
+	case keep == 0:
+		keep = DefaultKeepShared
+	case keep < 0:
+		keep = 0
+	}
 	closeCtx, closeCancel := context.WithCancel(context.Background())
 	return &Backend{
 		log:         log.WithFields(logrus.Fields{"backend": "local", "source": cfg.Source}),
 		flockPath:   flockPath,
 		syncToken:   cfg.SyncTokens,
+		keepFor:     keep,
 		src:         os.NewFile(uintptr(fd), cfg.Source),
 		closeCtx:    closeCtx,
 		closeCancel: closeCancel,
@@ -186,13 +203,15 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mod
 		return nil, err
 	}
 	for attempt := 1; ; attempt++ {
-		f, writable, err := b.claimOnce(ctx, id, mode, how, rel, wait)
+		f, writable, keptSince, err := b.claimOnce(ctx, id, mode, how, rel, wait)
 		if err != nil {
 			return nil, err
 		}
 		gone, err := b.unnamed(f, rel)
 		if err == nil && !gone {
-			return newLease(b, id, rel, f, mode, writable), nil
+			l := newLease(b, id, rel, f, mode, writable)
+			l.keptSince = keptSince
+			return l, nil
 		}
 		// Granted on a file that was removed while we waited or had it
 		// open (rmdir through a mount removes the backing files of a
@@ -215,11 +234,21 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mod
 // being granted a flock on a removed one.
 const maxReopen = 16
 
-// claimOnce opens (creating if needed) the backing file rel, or reuses an
-// idle descriptor of it (idle.go), and takes the flock how on it, waiting
-// if wait. It returns the open file, holding the flock.
-func (b *Backend) claimOnce(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mode, how int, rel string, wait bool) (*os.File, bool, error) {
-	f, writable, reused := b.takeIdle(rel)
+// claimOnce opens (creating if needed) the backing file rel, or reuses a
+// kept shared claim of it (keep.go) or an idle descriptor (idle.go), and
+// takes the flock how on it, waiting if wait. It returns the open file,
+// holding the flock, and for a reused kept claim when it was first kept.
+func (b *Backend) claimOnce(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mode, how int, rel string, wait bool) (*os.File, bool, time.Time, error) {
+	var f *os.File
+	var writable, reused bool
+	if k, locked := b.takeKept(rel, mode == lockmgr.Shared); k != nil {
+		if locked {
+			return k.file, k.writable, k.since, nil // still holds LOCK_SH
+		}
+		f, writable, reused = k.file, k.writable, true
+	} else {
+		f, writable, reused = b.takeIdle(rel)
+	}
 	if !reused {
 		err := fdDo(b.src, func(srcFD int) error {
 			var err error
@@ -227,7 +256,7 @@ func (b *Backend) claimOnce(ctx context.Context, id lockmgr.LockID, mode lockmgr
 			return err
 		})
 		if err != nil {
-			return nil, false, err
+			return nil, false, time.Time{}, err
 		}
 	}
 	err := fdDo(f, func(fd int) error { return flockNB(fd, how) })
@@ -235,17 +264,17 @@ func (b *Backend) claimOnce(ctx context.Context, id lockmgr.LockID, mode lockmgr
 	case err == nil:
 	case !wouldBlock(err):
 		f.Close()
-		return nil, false, fmt.Errorf("flock %s: %w", rel, err)
+		return nil, false, time.Time{}, fmt.Errorf("flock %s: %w", rel, err)
 	case !wait:
 		f.Close()
-		return nil, false, lockmgr.ErrWouldBlock
+		return nil, false, time.Time{}, lockmgr.ErrWouldBlock
 	default:
 		if err := b.waitFlock(ctx, f, mode, id); err != nil {
 			f.Close()
-			return nil, false, err
+			return nil, false, time.Time{}, err
 		}
 	}
-	return f, writable, nil
+	return f, writable, time.Time{}, nil
 }
 
 // unnamed reports whether f's file is no longer the backing file rel of
@@ -309,6 +338,10 @@ func (b *Backend) Close() error {
 		b.idleSweep.Stop()
 		b.idleSweep = nil
 	}
+	if b.keepSweep != nil {
+		b.keepSweep.Stop()
+		b.keepSweep = nil
+	}
 	b.mu.Unlock()
 
 	b.closeCancel()
@@ -321,6 +354,10 @@ func (b *Backend) Close() error {
 	}
 	clear(b.leases)
 	idle := b.idle.drain()
+	for _, k := range b.kept {
+		idle = append(idle, k.file) // closing releases the flock
+	}
+	clear(b.kept)
 	b.mu.Unlock()
 	closeAll(idle)
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/sirupsen/logrus"
 )
@@ -37,7 +38,21 @@ type Config struct {
 	// page cache does) but a host crash may roll back the last increments.
 	// It costs one disk flush per token.
 	SyncTokens bool
+
+	// KeepShared is how long a released shared claim keeps its flock so
+	// that the next shared claim of the same lock needs no system call
+	// (keep.go): the longest a program locking SOURCE directly, or another
+	// daemon, waits for it beyond the real holds. Zero means the default,
+	// 5 ms; a negative value disables the keep. At most MaxKeepShared.
+	KeepShared time.Duration
 }
+
+// DefaultKeepShared and MaxKeepShared are Config.KeepShared's default and
+// upper bound.
+const (
+	DefaultKeepShared = 5 * time.Millisecond
+	MaxKeepShared     = time.Minute
+)
 
 // Validate checks the configuration without changing it: Source must name an
 // existing directory, and FlockPath, when set, an executable file.
@@ -51,6 +66,9 @@ func (c Config) Validate() error {
 	}
 	if !fi.IsDir() {
 		return fmt.Errorf("localbackend: source %q is not a directory", c.Source)
+	}
+	if c.KeepShared > MaxKeepShared {
+		return fmt.Errorf("localbackend: KeepShared %v is longer than %v", c.KeepShared, MaxKeepShared)
 	}
 	if c.FlockPath != "" {
 		if !filepath.IsAbs(c.FlockPath) {

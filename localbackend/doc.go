@@ -36,8 +36,11 @@
 // # Claims
 //
 // Each claim is one open file description (one descriptor) holding
-// LOCK_SH (shared) or LOCK_EX (exclusive). Releasing the claim unlocks it
-// (LOCK_UN) at once; the unlocked descriptor is kept for up to 20 ms so
+// LOCK_SH (shared) or LOCK_EX (exclusive). Releasing a shared claim keeps
+// its flock for up to Config.KeepShared (5 ms), for the next shared claim of
+// the same file to reuse with no system call; this daemon's exclusive
+// claim, GuardTree and DropKept give it up at once (keep.go). Releasing any
+// other claim unlocks it (LOCK_UN) at once; the unlocked descriptor is kept for up to 20 ms so
 // that the next claim of the same file can flock it again without resolving
 // the path anew (idle.go); a flock granted on a file removed meanwhile is
 // dropped and the name opened again, as for a fresh open (see above).

@@ -25,6 +25,7 @@ func (b *Backend) GuardTree(dir string) (release func(), err error) {
 		return nil, err
 	}
 	defer b.inflight.Done()
+	b.DropKept() // a kept claim is no hold: it must not make the rename busy
 	if dir == "." {
 		return nil, fmt.Errorf("%w: the root cannot be renamed", lockmgr.ErrInvalid)
 	}

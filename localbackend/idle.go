@@ -113,10 +113,20 @@ func (b *Backend) takeIdle(rel string) (*os.File, bool, bool) {
 	return f.file, f.writable, true
 }
 
-// putIdle forgets the released lease l, unlocks its descriptor and keeps it
-// for reuse; if unlocking fails or the backend is closed, it closes it
+// putIdle forgets the released lease l and keeps its shared flock (keep.go)
+// if shared and the keep allows; else it unlocks its descriptor and keeps
+// it for reuse; if unlocking fails or the backend is closed, it closes it
 // instead.
-func (b *Backend) putIdle(l *lease) {
+func (b *Backend) putIdle(l *lease, shared bool) {
+	if shared {
+		b.mu.Lock()
+		if !b.closed && b.keep(l, time.Now()) {
+			delete(b.leases, l)
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+	}
 	if err := fdDo(l.file, func(fd int) error { return flockNB(fd, unix.LOCK_UN) }); err != nil {
 		b.forget(l)
 		l.file.Close()

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -25,6 +26,9 @@ type lease struct {
 	rel      string   // the backing file, relative to SOURCE
 	file     *os.File // the open file description holding the flock
 	writable bool     // file is open read-write, so NextToken can work
+	// keptSince is when the claim was first kept (keep.go) if it reuses a
+	// kept one, else zero: reuses do not extend keepFor.
+	keptSince time.Time
 
 	// Mutable state
 	mu sync.Mutex
@@ -185,12 +189,13 @@ func (l *lease) tryUpgrade() (bool, error) {
 var testHookUpgradeGap func()
 
 // Release unlocks the descriptor and keeps it briefly for the next claim of
-// the same file (idle.go); a lost lease's descriptor is closed. It returns
+// the same file (idle.go), or, for a shared claim, keeps it locked for up to
+// keepFor (keep.go); a lost lease's descriptor is closed. It returns
 // nil, also on a lost lease or a second call, and after Backend.Close
 // released it.
 func (l *lease) Release(ctx context.Context) error {
 	l.mu.Lock()
-	done, lost := l.released, l.lostErr != nil
+	done, lost, shared := l.released, l.lostErr != nil, l.mode == lockmgr.Shared
 	l.released = true
 	l.mode = 0
 	l.mu.Unlock()
@@ -201,7 +206,7 @@ func (l *lease) Release(ctx context.Context) error {
 		l.b.forget(l)
 		l.file.Close()
 	default:
-		l.b.putIdle(l)
+		l.b.putIdle(l, shared)
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ func fdDo(f *os.File, fn func(fd int) error) error {
 // flockNB applies a non-blocking flock(2) operation (how is LOCK_SH, LOCK_EX
 // or LOCK_UN; LOCK_NB is added). It never blocks a thread.
 func flockNB(fd int, how int) error {
+	flockCalls.Add(1)
 	return ignoringEINTR(func() error { return unix.Flock(fd, how|unix.LOCK_NB) })
 }
 

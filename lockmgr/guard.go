@@ -69,3 +69,21 @@ func (b *busyError) Error() string {
 }
 
 func (b *busyError) Unwrap() error { return ErrBusy }
+
+// KeptDropper is implemented by backends that keep a released claim for a
+// moment (the local backend keeps shared flocks for a few milliseconds, so
+// that the next claim needs no system call). Such a claim is no hold, but
+// it is still a flock on the backing file: DropKept gives every one up at
+// once, for callers that are about to test the backing files' flocks
+// themselves (rmdir through the mount).
+type KeptDropper interface {
+	DropKept()
+}
+
+// DropKeptClaims makes the backend give up the claims it kept after their
+// release, if it keeps any (KeptDropper).
+func (e *Engine) DropKeptClaims() {
+	if d, ok := e.backend.(KeptDropper); ok {
+		d.DropKept()
+	}
+}

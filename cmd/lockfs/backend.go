@@ -67,7 +67,14 @@ func newBackend(mf mountFlags, source string, log logrus.FieldLogger) (lockmgr.B
 		}
 		return b, b.HostID(), func() []metrics.Count { return gcsCounts(b.Stats()) }, nil
 	default:
-		b, err := localbackend.New(localbackend.Config{Source: source, Logger: log, AllowNetworkFS: mf.allowRemote})
+		keep := mf.keepShared
+		switch {
+		case keep < 0:
+			return nil, "", nil, fmt.Errorf("--keep-shared-locks %v: must not be negative (0 turns the keep off)", keep)
+		case keep == 0:
+			keep = -1 // off
+		}
+		b, err := localbackend.New(localbackend.Config{Source: source, Logger: log, AllowNetworkFS: mf.allowRemote, KeepShared: keep})
 		if err != nil {
 			return nil, "", nil, err
 		}
