@@ -47,10 +47,12 @@ func (b *Backend) newPoll() *backoff {
 	return b.newBackoff(pollMin, max(pollMin, min(pollMax, b.cfg.TTL/8)))
 }
 
-// jitter returns d shortened by up to a fifth, drawn uniformly, so that
-// periodic work of many hosts (heartbeats, want polls) spreads out.
+// jitter returns d give or take a tenth, drawn uniformly, so that periodic
+// work of many hosts (heartbeats, want polls) spreads out while its mean
+// rate stays one per d (a heartbeat every second must not exceed GCS's one
+// write per second per object on average).
 func jitter(d time.Duration) time.Duration {
-	return d - rand.N(d/5+1)
+	return d - d/10 + rand.N(d/5+1)
 }
 
 // sleep waits d on the backend's clock, or until ctx ends.

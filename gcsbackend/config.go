@@ -60,7 +60,9 @@ type Config struct {
 	TTL time.Duration
 
 	// RefreshInterval is how often the session's heartbeat is written
-	// (each time shortened by up to a fifth, at random, to spread hosts). It must be
+	// (each time give or take a tenth, at random, to spread hosts). GCS
+	// allows about one write per second to one object: keep it at 1s or
+	// more. It must be
 	// less than TTL/2 (so that one failed refresh can be retried before the
 	// claim lapses) and less than TTL-Margin. Default: TTL/3.
 	RefreshInterval time.Duration

@@ -134,7 +134,7 @@ func TestThousandHeldCostHeartbeatsOnly(t *testing.T) {
 	if d.Losses != 0 {
 		t.Errorf("%d losses", d.Losses)
 	}
-	// About 3 heartbeats per TTL (jitter makes it up to 3.75); nothing per lock.
+	// About 3 heartbeats per TTL (jitter: 2.7 to 3.3); nothing per lock.
 	if d.Writes < 6 || d.Writes > 15 || d.Writes != d.Refreshes {
 		t.Errorf("%d writes (%d heartbeats) in 3 TTLs; want the heartbeats only, about 9", d.Writes, d.Refreshes)
 	}

@@ -118,6 +118,9 @@ func hierRun(t *testing.T, emu *gcstest.Emulator, noVerify bool, rounds int) ([]
 		t.Cleanup(func() { px.Close() })
 		b := newBackend(t, emu, func(c *gcsbackend.Config) {
 			c.Endpoint = gcstest.Endpoint(px.URL)
+			// Heartbeats every 2s: under GCS's write rate with room for
+			// the faults' retries (at a 3s TTL they would be at it).
+			c.TTL = 6 * time.Second
 			c.Prefix += fmt.Sprintf("/run-%d", run) // one namespace per run, shared by its hosts
 		})
 		b.SetNoVerify(noVerify)
@@ -177,7 +180,11 @@ func hierRun(t *testing.T, emu *gcstest.Emulator, noVerify bool, rounds int) ([]
 				if rng.IntN(3) == 0 {
 					mode = lockmgr.Shared
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+				wait := 120 * time.Second
+				if noVerify {
+					wait = 30 * time.Second
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), wait)
 				call := h.now()
 				_, err := e.Acquire(ctx, request(hierLocks[lock], mode, 300+c, true))
 				for errors.Is(err, lockmgr.ErrDeadlock) || errors.Is(err, lockmgr.ErrUnavailable) {
@@ -186,6 +193,12 @@ func hierRun(t *testing.T, emu *gcstest.Emulator, noVerify bool, rounds int) ([]
 					_, err = e.Acquire(ctx, request(hierLocks[lock], mode, 300+c, true))
 				}
 				cancel()
+				if err != nil && noVerify {
+					// The control is a broken protocol: only its
+					// overlaps matter, a client it strands stops.
+					t.Logf("control: client %d stops: %v", c, err)
+					return
+				}
 				if err != nil {
 					t.Errorf("client %d: %v", c, err)
 					return
