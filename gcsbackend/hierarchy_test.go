@@ -161,6 +161,44 @@ func hierRun(t *testing.T, emu *gcstest.Emulator, noVerify bool, rounds int) ([]
 			inside[lock].sh--
 		}
 	}
+	// A fixed opening, so that the history always puts the hierarchy to
+	// the test: client 0 holds h/x, the first client of every other host
+	// tries h exclusively without waiting; then client 1 holds h and the
+	// others try h/y. Refusals are not operations; grants are recorded.
+	opening := func(holder, holderLock, tryLock int) {
+		ctx := ctxT(t, 60*time.Second)
+		call := h.now()
+		if _, err := engines[holder%hosts].Acquire(ctx, request(hierLocks[holderLock], lockmgr.Exclusive, 300+holder, true)); err != nil {
+			t.Fatalf("opening: %v", err)
+		}
+		h.addOp(holder, hierOp{client: holder, kind: "acquire", lock: holderLock, mode: lockmgr.Exclusive}, call, h.now())
+		for c := 0; c < hosts; c++ {
+			if c == holder%hosts {
+				continue
+			}
+			call := h.now()
+			_, err := engines[c].Acquire(ctx, request(hierLocks[tryLock], lockmgr.Exclusive, 300+c, false))
+			if err != nil {
+				continue
+			}
+			h.addOp(c, hierOp{client: c, kind: "acquire", lock: tryLock, mode: lockmgr.Exclusive}, call, h.now())
+			enter(fmt.Sprintf("opening client %d", c), tryLock, lockmgr.Exclusive)
+			exit(tryLock, lockmgr.Exclusive)
+			call = h.now()
+			if err := engines[c].Release(ctx, dirLock(hierLocks[tryLock]), ownerOf(300+c)); err != nil {
+				t.Fatal(err)
+			}
+			h.addOp(c, hierOp{client: c, kind: "release", lock: tryLock, mode: lockmgr.Exclusive}, call, h.now())
+		}
+		call = h.now()
+		if err := engines[holder%hosts].Release(ctx, dirLock(hierLocks[holderLock]), ownerOf(300+holder)); err != nil {
+			t.Fatal(err)
+		}
+		h.addOp(holder, hierOp{client: holder, kind: "release", lock: holderLock, mode: lockmgr.Exclusive}, call, h.now())
+	}
+	opening(0, 2, 0) // holds h/x, others try h
+	opening(1, 0, 3) // holds h, others try h/y
+
 	var wg sync.WaitGroup
 	for c := 0; c < hosts*perHost; c++ {
 		e := engines[c%hosts]
