@@ -69,6 +69,10 @@ type ObjectTraffic struct {
 	// PeakWrites is the most write requests (429s included) the object
 	// received within any one second.
 	PeakWrites int
+	// LastWrite is when the emulator last answered a write to the object
+	// with success (zero if it never did since counting began): the
+	// moment the write landed, as observers can see it.
+	LastWrite time.Time
 }
 
 // Traffic is what the proxy has received since it started or since
@@ -183,6 +187,28 @@ func (p *Proxy) ResetTraffic() {
 	for _, o := range t.objects {
 		o.ObjectTraffic = ObjectTraffic{}
 		o.recent = o.recent[:0]
+	}
+}
+
+// LastWrite returns when a write to object ("bucket/name") last landed:
+// when the emulator answered it with success. ok is false if none has
+// since counting began.
+func (p *Proxy) LastWrite(object string) (at time.Time, ok bool) {
+	t := p.traffic
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o := t.objects[object]; o != nil && !o.LastWrite.IsZero() {
+		return o.LastWrite, true
+	}
+	return time.Time{}, false
+}
+
+// landed records that a write to object was answered with success.
+func (t *traffic) landed(object string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o := t.objects[object]; o != nil {
+		o.LastWrite = now
 	}
 }
 

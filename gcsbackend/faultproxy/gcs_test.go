@@ -205,3 +205,51 @@ func TestTrafficAndLatency(t *testing.T) {
 		t.Errorf("delayed %d requests, want 5", s.Delayed)
 	}
 }
+
+// LastWrite is when a write to the object last landed: it moves with each
+// successful write, stays put over reads and over writes that did not land
+// (a failed precondition, a 429 of the write limit), and is per object.
+// Controls: the failed writes would move it if it were stamped on arrival.
+func TestLastWrite(t *testing.T) {
+	ctx := context.Background()
+	p, b := newProxy(t)
+	obj := gcstest.DefaultBucket + "/s/x"
+	if _, ok := p.LastWrite(obj); ok {
+		t.Fatal("a last write before any write")
+	}
+	before := time.Now()
+	a, err := put(ctx, b, "s/x", &storage.Conditions{DoesNotExist: true}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, ok := p.LastWrite(obj)
+	if !ok || first.Before(before) || first.After(time.Now()) {
+		t.Fatalf("after the first write: %v %v, want within [%v, now]", first, ok, before)
+	}
+	if _, err := b.Object("s/x").Attrs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := put(ctx, b, "s/x", &storage.Conditions{DoesNotExist: true}, "2"); err == nil {
+		t.Fatal("a second create succeeded")
+	}
+	p.SetLimits(faultproxy.Limits{ObjectWrites: true, Rate: 0.001, Burst: 1})
+	if _, err := put(ctx, b, "s/x", &storage.Conditions{GenerationMatch: a.Generation}, "3"); err != nil {
+		t.Fatal(err) // takes the only token
+	}
+	second, _ := p.LastWrite(obj)
+	if !second.After(first) {
+		t.Fatalf("after the second landed write: %v, not after %v", second, first)
+	}
+	if _, err := put(ctx, b, "s/x", nil, "4"); !is429(err) {
+		t.Fatalf("write beyond the limit: %v, want 429", err)
+	}
+	if got, _ := p.LastWrite(obj); !got.Equal(second) {
+		t.Errorf("a read, a failed precondition and a 429 moved the last write from %v to %v", second, got)
+	}
+	if _, ok := p.LastWrite(gcstest.DefaultBucket + "/s/y"); ok {
+		t.Error("a last write for an object never written")
+	}
+	if got := p.Traffic().Objects[obj].LastWrite; !got.Equal(second) {
+		t.Errorf("Traffic's LastWrite %v, want %v", got, second)
+	}
+}

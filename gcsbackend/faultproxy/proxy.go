@@ -273,6 +273,9 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		resetConn(w)
 		return
 	}
+	if kind == KindWrite && object != "" && resp.StatusCode/100 == 2 {
+		p.traffic.landed(object, time.Now())
+	}
 	if act == lostReply {
 		p.lostReplies.Add(1)
 		resetConn(w)
