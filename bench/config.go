@@ -68,12 +68,17 @@ type Config struct {
 	GCSFleetDur   time.Duration
 
 	// GCSSimHosts backends (each its own session and client, default TTL)
-	// take GCSSimLocks locks each, within GCSSimSetup, and hold them for
-	// GCSSimDur while the requests reaching the emulator are counted.
-	GCSSimHosts int
-	GCSSimLocks int
-	GCSSimSetup time.Duration
-	GCSSimDur   time.Duration
+	// first take GCSSimReducedLocks locks each, within GCSSimReducedSetup,
+	// and hold them for GCSSimDur while the requests reaching the emulator
+	// are counted (the reduced load); then they try to take the rest of
+	// GCSSimLocks each within GCSSimProbe and, if all are held, hold them
+	// for GCSSimDur again (the full load).
+	GCSSimHosts        int
+	GCSSimLocks        int
+	GCSSimReducedLocks int
+	GCSSimReducedSetup time.Duration
+	GCSSimProbe        time.Duration
+	GCSSimDur          time.Duration
 
 	// GCSHeldLocks locks are held through one `lockfs mount --backend gcs`
 	// daemon (default TTL), by holder processes of at most
@@ -105,7 +110,7 @@ type Config struct {
 // a two-core VM.
 func DefaultConfig() Config {
 	return Config{
-		Reps:          7,
+		Reps:          6,
 		PairOps:       3000,
 		CycleOps:      1500,
 		HandoffProcs:  8,
@@ -123,16 +128,18 @@ func DefaultConfig() Config {
 		DisjointDur:   time.Second,
 		GCSTTL:        3 * time.Second,
 		GCSHoldTTLs:   1,
-		GCSReps:       5,
+		GCSReps:       4,
 		GCSHeld:       1000,
 
 		GCSFleetHosts: 16,
 		GCSFleetDur:   60 * time.Second,
 
-		GCSSimHosts: 1000,
-		GCSSimLocks: 100,
-		GCSSimSetup: 90 * time.Second,
-		GCSSimDur:   2 * time.Minute,
+		GCSSimHosts:        1000,
+		GCSSimLocks:        100,
+		GCSSimReducedLocks: 2,
+		GCSSimReducedSetup: 25 * time.Second,
+		GCSSimProbe:        10 * time.Second,
+		GCSSimDur:          2 * time.Minute,
 
 		GCSHeldLocks:   100000,
 		GCSHeldPerProc: 15000,
@@ -169,10 +176,12 @@ func SmokeConfig() Config {
 		GCSFleetHosts: 3,
 		GCSFleetDur:   time.Second,
 
-		GCSSimHosts: 5,
-		GCSSimLocks: 4,
-		GCSSimSetup: 20 * time.Second,
-		GCSSimDur:   2 * time.Second,
+		GCSSimHosts:        5,
+		GCSSimLocks:        4,
+		GCSSimReducedLocks: 2,
+		GCSSimReducedSetup: 20 * time.Second,
+		GCSSimProbe:        20 * time.Second,
+		GCSSimDur:          2 * time.Second,
 
 		GCSHeldLocks:   300,
 		GCSHeldPerProc: 100,
@@ -199,8 +208,10 @@ func (c Config) Validate() error {
 		return errors.New("bench: GCSTTL must be at least 100ms and GCSHoldTTLs positive")
 	case c.GCSHeld < 1 || c.GCSFleetHosts < 1 || c.GCSFleetDur <= 0:
 		return errors.New("bench: GCSHeld, GCSFleetHosts and GCSFleetDur must be positive")
-	case c.GCSSimHosts < 1 || c.GCSSimLocks < 1 || c.GCSSimSetup <= 0 || c.GCSSimDur <= 0:
-		return errors.New("bench: GCSSimHosts, GCSSimLocks, GCSSimSetup and GCSSimDur must be positive")
+	case c.GCSSimHosts < 1 || c.GCSSimLocks < 1 || c.GCSSimReducedSetup <= 0 || c.GCSSimProbe <= 0 || c.GCSSimDur <= 0:
+		return errors.New("bench: GCSSimHosts, GCSSimLocks, GCSSimReducedSetup, GCSSimProbe and GCSSimDur must be positive")
+	case c.GCSSimReducedLocks < 1 || c.GCSSimReducedLocks >= c.GCSSimLocks:
+		return errors.New("bench: GCSSimReducedLocks must be positive and below GCSSimLocks")
 	case c.GCSHeldLocks < c.HeldBase || c.GCSHeldPerProc < 1 || c.GCSHeldSetup <= 0 || c.GCSHeldPairs < 1:
 		return errors.New("bench: need GCSHeldLocks >= HeldBase, and GCSHeldPerProc, GCSHeldSetup, GCSHeldPairs positive")
 	}

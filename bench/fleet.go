@@ -251,24 +251,36 @@ func quantile(sorted []float64, q float64) float64 {
 	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
 }
 
-var simKeys = []string{"gcs_sim_1000_hosts_writes_per_s", "gcs_sim_1000_hosts_losses"}
+var (
+	simKeys        = []string{"gcs_sim_1000_hosts_writes_per_s", "gcs_sim_1000_hosts_losses"}
+	simReducedKeys = []string{"gcs_sim_1000_hosts_reduced_writes_per_s", "gcs_sim_1000_hosts_reduced_losses",
+		"gcs_sim_1000_hosts_reduced_locks_held"}
+)
 
 // simParents is the number of shared parents the sim's locks live under.
 const simParents = 4
 
 // gcsSim: Config.GCSSimHosts backends in this process, each with its own
-// session, storage client and engine (default TTL), each taking
-// Config.GCSSimLocks exclusive locks "s<j%4>/h<i>-k<j>" (so every host's
-// locks sit under the same few parents) within Config.GCSSimSetup, then
-// holding them for Config.GCSSimDur while the requests reaching the
-// emulator are counted.
+// session, storage client and engine (default TTL), each taking exclusive
+// locks "s<j%4>/h<i>-k<j>" (so every host's locks sit under the same few
+// parents), in two loads:
 //
-// Keys: gcs_sim_1000_hosts_writes_per_s, gcs_sim_1000_hosts_losses (holds
-// lost from the first acquire to the end), gcs_sim_reads_per_s,
-// gcs_sim_metadata_per_s, gcs_sim_lists_per_s, gcs_sim_setup_s,
-// gcs_sim_hosts, gcs_sim_locks. If the locks cannot all be taken within
-// GCSSimSetup, the two main keys are null and gcs_sim_unavailable_reason
-// says how far it got.
+//   - reduced: Config.GCSSimReducedLocks locks each, taken within
+//     Config.GCSSimReducedSetup, then held for Config.GCSSimDur while the
+//     requests reaching the emulator are counted. Keys:
+//     gcs_sim_1000_hosts_reduced_writes_per_s,
+//     gcs_sim_1000_hosts_reduced_losses (holds lost from the first acquire
+//     to the end of the steady period), gcs_sim_1000_hosts_reduced_locks_held,
+//     gcs_sim_reduced_locks_per_host, gcs_sim_reduced_{reads,metadata,lists}_per_s,
+//     gcs_sim_reduced_setup_s.
+//   - full: the rest of Config.GCSSimLocks each, taken within
+//     Config.GCSSimProbe, then held for Config.GCSSimDur. Keys:
+//     gcs_sim_1000_hosts_writes_per_s, gcs_sim_1000_hosts_losses (from the
+//     first acquire), gcs_sim_{reads,metadata,lists}_per_s, gcs_sim_setup_s,
+//     gcs_sim_hosts, gcs_sim_locks. If the locks are not all held by the
+//     end of the probe, the two main keys are null and
+//     gcs_sim_unavailable_reason gives the setup rate measured in the
+//     probe and the time it projects for the whole load.
 func (r *runner) gcsSim(ctx context.Context) error {
 	// Each client keeps connections of its own, twice over in this process
 	// (client and proxy ends).
@@ -279,12 +291,12 @@ func (r *runner) gcsSim(ctx context.Context) error {
 			unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
 		}
 	}
-	env, err := r.startGCS(ctx, "gcs_sim", simKeys, true)
+	env, err := r.startGCS(ctx, "gcs_sim", append(simKeys, simReducedKeys...), true)
 	if env == nil || err != nil {
 		return err
 	}
 	defer env.close()
-	n, per := r.cfg.GCSSimHosts, r.cfg.GCSSimLocks
+	n, per, reduced := r.cfg.GCSSimHosts, r.cfg.GCSSimLocks, r.cfg.GCSSimReducedLocks
 	var lost atomic.Int64
 	hosts := make([]*gcsClientHost, n)
 	defer func() {
@@ -299,18 +311,107 @@ func (r *runner) gcsSim(ctx context.Context) error {
 			return err
 		}
 	}
-	sctx, cancel := context.WithTimeout(ctx, r.cfg.GCSSimSetup)
+	res := r.res
+	res.set("gcs_sim_hosts", float64(n))
+	res.set("gcs_sim_locks", float64(n*per))
+	res.set("gcs_sim_reduced_locks_per_host", float64(reduced))
+
+	// The reduced load.
+	held, setup, err := simTake(ctx, hosts, 0, reduced, r.cfg.GCSSimReducedSetup)
+	res.set("gcs_sim_reduced_setup_s", setup.Seconds())
+	if err != nil {
+		// What was taken within the bound is the load measured; without
+		// any, there is nothing to measure.
+		tr := env.proxy.Kinds()
+		reason := fmt.Sprintf("%d of %d locks held after %v (%d writes and %d reads sent meanwhile; %d holds lost): %v",
+			held, n*reduced, setup.Round(time.Second), tr[faultproxy.KindWrite], tr[faultproxy.KindRead], lost.Load(), err)
+		if held == 0 {
+			r.nullKeys("gcs_sim_reduced", simReducedKeys, reason)
+			r.nullKeys("gcs_sim", simKeys, "the reduced load did not set up: "+reason)
+			return nil
+		}
+		res.notes["gcs_sim_reduced_partial_reason"] = "the steady period holds only what was taken within the setup bound: " + reason
+		r.logf("gcs sim: reduced load partial: %s", reason)
+	}
+	r.logf("gcs sim: %d hosts hold %d locks (%d each wanted) after %v (%d lost so far)", n, held, reduced, setup.Round(time.Millisecond), lost.Load())
+	mix, err := simSteady(ctx, env.proxy, r.cfg.GCSSimDur)
+	if err != nil {
+		return err
+	}
+	res.set("gcs_sim_1000_hosts_reduced_writes_per_s", mix[faultproxy.KindWrite])
+	res.set("gcs_sim_1000_hosts_reduced_losses", float64(lost.Load()))
+	res.set("gcs_sim_1000_hosts_reduced_locks_held", float64(held))
+	res.set("gcs_sim_reduced_reads_per_s", mix[faultproxy.KindRead])
+	res.set("gcs_sim_reduced_metadata_per_s", mix[faultproxy.KindMetadata])
+	res.set("gcs_sim_reduced_lists_per_s", mix[faultproxy.KindList])
+	r.logf("gcs sim reduced: %v steady: %.1f writes/s, %.1f reads/s, %.1f metadata/s, %.1f lists/s; %d holds lost",
+		r.cfg.GCSSimDur, mix[faultproxy.KindWrite], mix[faultproxy.KindRead], mix[faultproxy.KindMetadata], mix[faultproxy.KindList], lost.Load())
+	res.addRow(Row{fmt.Sprintf("GCS sim, reduced load: writes/s reaching GCS, %d hosts × %d locks (%d held), default TTL, %v steady",
+		n, reduced, held, r.cfg.GCSSimDur), fmtNum(mix[faultproxy.KindWrite]), simMix(mix, setup) + fmt.Sprintf("; %d holds lost", lost.Load()),
+		"", "", "n/a"})
+
+	// The full load (after a partial reduced load too: the probe measures
+	// the rate that rules it out): the rest of the locks, within the probe.
+	more, setup, err := simTake(ctx, hosts, reduced, per, r.cfg.GCSSimProbe)
+	held += more
+	res.set("gcs_sim_setup_s", setup.Seconds())
+	if err != nil {
+		rate := float64(more) / setup.Seconds()
+		projected := "never (none taken)"
+		if more > 0 {
+			projected = fmt.Sprintf("at least %v", (time.Duration(float64(n*per-reduced*n)/rate) * time.Second).Round(time.Second))
+		}
+		tr := env.proxy.Kinds()
+		r.nullKeys("gcs_sim", simKeys, fmt.Sprintf("%d of %d locks held after a %v probe on top of the reduced load "+
+			"(%.0f acquires/s; the other %d would take %s at that rate, and the emulator slows as objects accumulate, "+
+			"each request scanning every stored object; %d writes and %d reads sent since the start; %d holds lost): %v",
+			held, n*per, setup.Round(time.Second), rate, n*per-n*reduced, projected, tr[faultproxy.KindWrite], tr[faultproxy.KindRead], lost.Load(), err))
+		return nil
+	}
+	r.logf("gcs sim: %d hosts hold %d locks after %v more (%d lost so far)", n, held, setup.Round(time.Millisecond), lost.Load())
+	mix, err = simSteady(ctx, env.proxy, r.cfg.GCSSimDur)
+	if err != nil {
+		return err
+	}
+	res.set("gcs_sim_1000_hosts_writes_per_s", mix[faultproxy.KindWrite])
+	res.set("gcs_sim_1000_hosts_losses", float64(lost.Load()))
+	res.set("gcs_sim_reads_per_s", mix[faultproxy.KindRead])
+	res.set("gcs_sim_metadata_per_s", mix[faultproxy.KindMetadata])
+	res.set("gcs_sim_lists_per_s", mix[faultproxy.KindList])
+	r.logf("gcs sim: %v steady: %.1f writes/s, %.1f reads/s, %.1f metadata/s, %.1f lists/s; %d holds lost",
+		r.cfg.GCSSimDur, mix[faultproxy.KindWrite], mix[faultproxy.KindRead], mix[faultproxy.KindMetadata], mix[faultproxy.KindList], lost.Load())
+	what := fmt.Sprintf("%d hosts × %d locks, default TTL, %v steady", n, per, r.cfg.GCSSimDur)
+	g := atMost(150)
+	gt, met := res.met("gcs_sim_1000_hosts_writes_per_s", &g)
+	res.addRow(Row{"GCS sim: writes/s reaching GCS, " + what, fmtNum(mix[faultproxy.KindWrite]), simMix(mix, setup), "", gt, met})
+	g = equal(0)
+	gt, met = res.met("gcs_sim_1000_hosts_losses", &g)
+	res.addRow(Row{"GCS sim: holds lost", fmtNum(float64(lost.Load())), "", "", gt, met})
+	return nil
+}
+
+// simSetupWorkers is the number of acquires in flight during the sim's
+// setup: more only queue at the emulator, whose lists hold off every write
+// (the hosts' heartbeats among them) while they walk the bucket.
+const simSetupWorkers = 16
+
+// simTake has every host take its locks from..to-1 (round robin over the
+// hosts) within bound, and returns how many it took and how long it took.
+// A failed acquire (the backend gave up after UnavailableAfter) is counted
+// and the rest go on (a fleet would retry it later); the error then names
+// the first.
+func simTake(ctx context.Context, hosts []*gcsClientHost, from, to int, bound time.Duration) (int64, time.Duration, error) {
+	sctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
+	n := len(hosts)
 	start := time.Now()
 	var (
 		held, failed atomic.Int64
 		firstMu      sync.Mutex
 		firstErr     error
 	)
-	// A failed acquire (the backend gave up after UnavailableAfter) is
-	// counted and the rest go on: a fleet would retry it later.
-	err = parallel(sctx, n*per, 64, func(k int) error {
-		i, j := k%n, k/n // round robin over the hosts
+	err := parallel(sctx, n*(to-from), simSetupWorkers, func(k int) error {
+		i, j := k%n, from+k/n
 		if _, err := hosts[i].e.Acquire(sctx, gcsRequest(fmt.Sprintf("s%d/h%d-k%d", j%simParents, i, j), j+1, true)); err != nil {
 			if sctx.Err() != nil {
 				return err
@@ -329,43 +430,29 @@ func (r *runner) gcsSim(ctx context.Context) error {
 	if err == nil && firstErr != nil {
 		err = fmt.Errorf("%d acquires failed, the first: %w", failed.Load(), firstErr)
 	}
-	setup := time.Since(start)
-	r.res.set("gcs_sim_hosts", float64(n))
-	r.res.set("gcs_sim_locks", float64(n*per))
-	r.res.set("gcs_sim_setup_s", setup.Seconds())
-	if err != nil {
-		tr := env.proxy.Kinds()
-		r.nullKeys("gcs_sim", simKeys, fmt.Sprintf("%d of %d locks held after %v (%d writes and %d reads sent meanwhile; %d holds lost): %v",
-			held.Load(), n*per, setup.Round(time.Second), tr[faultproxy.KindWrite], tr[faultproxy.KindRead], lost.Load(), err))
-		return nil
-	}
-	r.logf("gcs sim: %d hosts hold %d locks after %v (%d lost so far)", n, n*per, setup.Round(time.Millisecond), lost.Load())
-	env.proxy.ResetTraffic()
+	return held.Load(), time.Since(start), err
+}
+
+// simSteady counts the requests reaching the proxy for dur and returns
+// them per second, by kind.
+func simSteady(ctx context.Context, p *countingProxy, dur time.Duration) (map[faultproxy.Kind]float64, error) {
+	p.ResetTraffic()
 	t0 := time.Now()
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(r.cfg.GCSSimDur):
+		return nil, ctx.Err()
+	case <-time.After(dur):
 	}
-	dur := time.Since(t0).Seconds()
-	k := env.proxy.Kinds()
-	perS := func(kind faultproxy.Kind) float64 { return float64(k[kind]) / dur }
-	res := r.res
-	res.set("gcs_sim_1000_hosts_writes_per_s", perS(faultproxy.KindWrite))
-	res.set("gcs_sim_1000_hosts_losses", float64(lost.Load()))
-	res.set("gcs_sim_reads_per_s", perS(faultproxy.KindRead))
-	res.set("gcs_sim_metadata_per_s", perS(faultproxy.KindMetadata))
-	res.set("gcs_sim_lists_per_s", perS(faultproxy.KindList))
-	r.logf("gcs sim: %.0fs steady: %.1f writes/s, %.1f reads/s, %.1f metadata/s, %.1f lists/s; %d holds lost",
-		dur, perS(faultproxy.KindWrite), perS(faultproxy.KindRead), perS(faultproxy.KindMetadata), perS(faultproxy.KindList), lost.Load())
-	what := fmt.Sprintf("%d hosts × %d locks, default TTL, %v steady", n, per, r.cfg.GCSSimDur)
-	g := atMost(150)
-	gt, met := res.met("gcs_sim_1000_hosts_writes_per_s", &g)
-	res.addRow(Row{"GCS sim: writes/s reaching GCS, " + what, fmtNum(perS(faultproxy.KindWrite)),
-		fmt.Sprintf("reads %s/s, metadata %s/s, lists %s/s; setup %s s", fmtNum(perS(faultproxy.KindRead)),
-			fmtNum(perS(faultproxy.KindMetadata)), fmtNum(perS(faultproxy.KindList)), fmtNum(setup.Seconds())), "", gt, met})
-	g = equal(0)
-	gt, met = res.met("gcs_sim_1000_hosts_losses", &g)
-	res.addRow(Row{"GCS sim: holds lost", fmtNum(float64(lost.Load())), "", "", gt, met})
-	return nil
+	secs := time.Since(t0).Seconds()
+	out := make(map[faultproxy.Kind]float64)
+	for k, c := range p.Kinds() {
+		out[k] = float64(c) / secs
+	}
+	return out, nil
+}
+
+// simMix describes the request mix of a steady period and the setup time.
+func simMix(mix map[faultproxy.Kind]float64, setup time.Duration) string {
+	return fmt.Sprintf("reads %s/s, metadata %s/s, lists %s/s; setup %s s", fmtNum(mix[faultproxy.KindRead]),
+		fmtNum(mix[faultproxy.KindMetadata]), fmtNum(mix[faultproxy.KindList]), fmtNum(setup.Seconds()))
 }
