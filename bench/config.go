@@ -110,7 +110,7 @@ type Config struct {
 // a two-core VM.
 func DefaultConfig() Config {
 	return Config{
-		Reps:          6,
+		Reps:          5,
 		PairOps:       3000,
 		CycleOps:      1500,
 		HandoffProcs:  8,
@@ -137,7 +137,7 @@ func DefaultConfig() Config {
 		GCSSimHosts:        1000,
 		GCSSimLocks:        100,
 		GCSSimReducedLocks: 2,
-		GCSSimReducedSetup: 25 * time.Second,
+		GCSSimReducedSetup: 20 * time.Second,
 		GCSSimProbe:        10 * time.Second,
 		GCSSimDur:          2 * time.Minute,
 

@@ -26,7 +26,7 @@ func main() {
 
 	out := flag.String("out", "bench/results.json", "where to write the results as JSON (empty: nowhere)")
 	table := flag.String("table", "", "also write the table (Markdown) to this file")
-	reps := flag.Int("reps", 0, "repetitions per comparison (default 6; GCS 4)")
+	reps := flag.Int("reps", 0, "repetitions per comparison (default 5; GCS 4)")
 	only := flag.String("only", "", "comma-separated measurements to run: "+strings.Join(bench.Measurements, ","))
 	smoke := flag.Bool("smoke", false, "tiny sizes, one repetition: check that the harness works")
 	workDir := flag.String("workdir", "", "parent of the run's temporary directory (a local disk; default $TMPDIR)")
