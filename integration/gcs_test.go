@@ -809,10 +809,11 @@ func TestGCSFaultProxy(t *testing.T) {
 	// the log of sections done, $4 the host.
 	section := `set -C; if ! true > "$1"; then echo "$$" >> "$2"; exit 99; fi; sleep 0.02; rm -f "$1"; echo "$4" >> "$3"`
 	const perHost = 3
-	// work runs the workers until enough(sections done) or limit, and
+	// work runs the workers until enough(sections done, passes between
+	// hosts) or limit, and
 	// returns the violations and sections seen, and how many times a
 	// section ran on the other host than the one before.
-	work := func(lock bool, enough func(int) bool, limit time.Duration) (nViolations, nSections, switches int, took time.Duration) {
+	work := func(lock bool, enough func(sections, switches int) bool, limit time.Duration) (nViolations, nSections, switches int, took time.Duration) {
 		t.Helper()
 		for _, f := range []string{marker, violations, sections, stop} {
 			os.Remove(f)
@@ -820,6 +821,18 @@ func TestGCSFaultProxy(t *testing.T) {
 		count := func(f string) int {
 			raw, _ := os.ReadFile(f)
 			return strings.Count(string(raw), "\n")
+		}
+		// passes counts the hand-offs between hosts in the sections file.
+		passes := func() int {
+			raw, _ := os.ReadFile(sections)
+			hosts := strings.Fields(string(raw))
+			n := 0
+			for i := 1; i < len(hosts); i++ {
+				if hosts[i] != hosts[i-1] {
+					n++
+				}
+			}
+			return n
 		}
 		began := time.Now()
 		var ps []*proc
@@ -835,7 +848,7 @@ func TestGCSFaultProxy(t *testing.T) {
 				ps = append(ps, start(t, "sh", "-c", script))
 			}
 		}
-		for time.Since(began) < limit && !enough(count(sections)) {
+		for time.Since(began) < limit && !enough(count(sections), passes()) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		if err := os.WriteFile(stop, nil, 0o644); err != nil {
@@ -846,18 +859,11 @@ func TestGCSFaultProxy(t *testing.T) {
 				t.Fatalf("worker %d: exit %d, finished %v; stderr %q", i, code, ok, p.stderr.String())
 			}
 		}
-		raw, _ := os.ReadFile(sections)
-		hosts := strings.Fields(string(raw))
-		for i := 1; i < len(hosts); i++ {
-			if hosts[i] != hosts[i-1] {
-				switches++
-			}
-		}
-		return count(violations), len(hosts), switches, time.Since(began)
+		return count(violations), count(sections), passes(), time.Since(began)
 	}
 
 	for attempt := 1; ; attempt++ {
-		if n, _, _, _ := work(false, func(n int) bool { return n >= 30 }, 10*time.Second); n > 0 {
+		if n, _, _, _ := work(false, func(n, _ int) bool { return n >= 30 }, 10*time.Second); n > 0 {
 			t.Logf("control without flock: %d violations seen (attempt %d)", n, attempt)
 			break
 		}
@@ -866,7 +872,7 @@ func TestGCSFaultProxy(t *testing.T) {
 		}
 	}
 
-	n, done, switches, took := work(true, func(n int) bool { return n >= 60 && allFaults() }, time.Minute)
+	n, done, switches, took := work(true, func(n, passes int) bool { return n >= 60 && passes >= 5 && allFaults() }, time.Minute)
 	if n > 0 {
 		t.Errorf("%d violations of mutual exclusion under flock -x through the fault proxies", n)
 	}
