@@ -269,6 +269,12 @@ func TestLockGCS(t *testing.T) {
 		expectCode(t, "lockfs lock -n a while host A holds a", lockRun(t, gcs("-n", "a", "true")...), 1)
 		expectCode(t, "lockfs lock -n a/b while host A holds a (hierarchy)", lockRun(t, gcs("-n", "a/b", "true")...), 1)
 		expectCode(t, "lockfs lock -n b while host A holds a (control)", lockRun(t, gcs("-n", "b", "true")...), 0)
+		// -v names the host whose claim blocks, from the lock's object.
+		r := lockRun(t, gcs("-v", "-w", "2.5", "a", "true")...)
+		expectCode(t, "lockfs lock -v -w 2.5 a while host A holds a", r, 1)
+		if !strings.Contains(r.stderr, "claimed exclusive by host host-a") {
+			t.Errorf("lockfs lock -v does not name host-a as the holder: %q", r.stderr)
+		}
 		h.kill()
 		if !testutil.Poll(30*time.Second, func() bool { return lockRun(t, gcs("-n", "a", "true")...).code == 0 }) {
 			t.Error("lockfs lock -n a never got the lock after host A's holder ended (control)")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +88,27 @@ func TestYouLine(t *testing.T) {
 	now, _ := time.Parse(time.RFC3339, "2026-01-01T00:01:00Z")
 	if d := describeHolders(st, now); !strings.Contains(d, "held exclusive by host h pid 5") || !strings.Contains(d, "for 1m0s") {
 		t.Errorf("describeHolders = %q", d)
+	}
+}
+
+func TestDescribeClaim(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	got := describeClaim("host=h2 mode=exclusive since=2026-12-01T09:58:00Z session=h2.ab state=live use=claimed", now)
+	if want := []string{"claimed exclusive by host h2 for 2m0s (session live)"}; !slices.Equal(got, want) {
+		t.Errorf("another host's claim: %q, want %q", got, want)
+	}
+	// This host's own records and dead sessions' block nobody.
+	for _, c := range []string{
+		"host=h1 mode=exclusive since=2026-12-01T09:58:00Z session=h1.cd state=live use=held",
+		"host=h1 mode=shared since=2026-12-01T09:58:00Z session=h1.cd state=live use=warm",
+		"host=h3 mode=exclusive since=2026-12-01T09:58:00Z session=h3.ef state=dead use=claimed",
+	} {
+		if got := describeClaim(c, now); got != nil {
+			t.Errorf("describeClaim(%q) = %q, want nothing", c, got)
+		}
+	}
+	st := []byte("lock a/.lock\nmode exclusive\nclaim host=h2 mode=exclusive since=2026-12-01T09:58:00Z session=h2.ab state=live use=claimed\n")
+	if got := describeHolders(st, now); got != "claimed exclusive by host h2 for 2m0s (session live)" {
+		t.Errorf("describeHolders with a remote claim: %q", got)
 	}
 }

@@ -114,13 +114,27 @@ func (e *engineLocker) acquire(ctx context.Context, mode lockmgr.Mode, wait bool
 // holders says who holds the lock, for -v. For the local backend the
 // kernel knows: /proc/locks lists the flocks on the backing files of the
 // lock and of its ancestors (a mount's holds on locks below take the
-// ancestors' files shared). The gcs backend does not say which host holds
-// a lock.
+// ancestors' files shared). The gcs backend lists every host's claim on
+// the lock from one read of its object; a claim above or below it that
+// blocks is not in that object.
 func (e *engineLocker) holders() string {
-	if e.source == "" {
-		return "held by another host (the gcs backend does not say which)"
+	if e.source != "" {
+		return describeFlockHolders(e.source, e.id)
 	}
-	return describeFlockHolders(e.source, e.id)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	claims, err := e.engine.Claims(ctx, e.id)
+	if err != nil {
+		return fmt.Sprintf("(claims unreadable: %v)", err)
+	}
+	var out []string
+	for _, c := range claims {
+		out = append(out, describeClaim(c, time.Now())...)
+	}
+	if len(out) == 0 {
+		return "no other host claims this lock itself: a claim of another host above or below it blocks"
+	}
+	return strings.Join(out, "; ")
 }
 
 func (e *engineLocker) close() error { return e.engine.Close() }
