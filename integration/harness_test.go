@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // lockfsBin is the lockfs binary under test, built by TestMain.
@@ -46,7 +48,15 @@ func testMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "integration: building lockfs: %v\n%s", err, out)
 		return 1
 	}
-	return m.Run()
+	// No goroutine of the test binary (process readers, proxies, clients)
+	// may outlive the tests: each test ends what it started in its cleanup.
+	before := testutil.SnapshotGoroutines()
+	code := m.Run()
+	if left := before.Leaked("net/http.(*persistConn)"); len(left) > 0 && code == 0 {
+		fmt.Fprintf(os.Stderr, "integration: %d goroutines outlived the tests:\n\n%s\n", len(left), strings.Join(left, "\n\n"))
+		return 1
+	}
+	return code
 }
 
 // daemonEnv is the environment of lockfs processes: the race detector's

@@ -182,3 +182,23 @@ func CheckGoroutinesOf(t testing.TB, pkg string) {
 		}
 	})
 }
+
+// Goroutines is a snapshot of the running goroutines, for a leak check
+// around a whole test binary (TestMain), where there is no testing.TB.
+type Goroutines []int
+
+// SnapshotGoroutines records the goroutines running now.
+func SnapshotGoroutines() Goroutines { return goroutineIDs() }
+
+// Leaked returns the stacks of goroutines started since the snapshot that
+// are still running after waiting up to DefaultWait for them to end;
+// nil if none. Goroutines of the runtime and the testing package, and
+// those whose stack contains one of ignore, do not count.
+func (g Goroutines) Leaked(ignore ...string) []string {
+	var left []string
+	Poll(leakWait, func() bool {
+		left = newGoroutines(g, ignore)
+		return len(left) == 0
+	})
+	return left
+}
