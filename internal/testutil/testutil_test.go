@@ -73,3 +73,18 @@ func TestGoroutineID(t *testing.T) {
 		t.Fatalf("cannot parse %q", strings.SplitN(s, "\n", 2)[0])
 	}
 }
+
+func TestLeakedSinceSnapshot(t *testing.T) {
+	defer func(d time.Duration) { leakWait = d }(leakWait)
+	leakWait = 200 * time.Millisecond
+	stop := make(chan struct{})
+	g := SnapshotGoroutines()
+	go func() { <-stop }() // still running at the check
+	if left := g.Leaked(); len(left) != 1 {
+		t.Errorf("one goroutine left running: Leaked found %d", len(left))
+	}
+	close(stop)
+	if left := g.Leaked(); len(left) != 0 {
+		t.Errorf("after it ended: Leaked found %d", len(left))
+	}
+}
