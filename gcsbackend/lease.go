@@ -43,8 +43,6 @@ type lease struct {
 	lostErr error
 }
 
-var _ lockmgr.ContendedLease = (*lease)(nil)
-
 // newLease makes the lease over r, whose record is in place.
 func (b *Backend) newLease(r *ownRec) *lease {
 	l := &lease{b: b, r: r, lostc: make(chan struct{})}
@@ -67,15 +65,6 @@ func (l *lease) Mode() lockmgr.Mode {
 // Done returns a channel closed when the lease is lost: the session lapsed
 // or was declared dead, or the record was removed.
 func (l *lease) Done() <-chan struct{} { return l.lostc }
-
-// Contended reports whether another host has asked for the lease's record
-// (a want seen at the last poll): the engine then gives the lease back at
-// its next release rather than handing it to a waiter of this host.
-func (l *lease) Contended() bool {
-	l.b.mu.Lock()
-	defer l.b.mu.Unlock()
-	return l.r.wanted
-}
 
 // Err returns why the lease was lost (wrapping lockmgr.ErrLeaseLost), or
 // nil. It checks the session's validity on the clock, so a lease whose

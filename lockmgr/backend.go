@@ -73,17 +73,6 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
-// ContendedLease is implemented by leases that can tell that another host
-// waits for their lock (the gcs backend's wants). The engine then gives
-// such a lease back when its last hold ends, instead of handing it to a
-// local waiter, so that a host whose own processes keep taking a lock
-// cannot starve the other hosts; the local waiter claims it again behind
-// them.
-type ContendedLease interface {
-	// Contended reports whether another host has asked for the lock.
-	Contended() bool
-}
-
 // LeaseDescriber is implemented by leases that have a state worth showing in
 // status output (the gcs backend's expiry, for example).
 type LeaseDescriber interface {

@@ -99,13 +99,12 @@ func (e *Engine) settleLocked(ls *lockState) {
 		if need >= lease.Mode() && lease.Err() == nil {
 			return
 		}
-		if need == 0 && ls.head != nil && e.needsLease(ls.head.step) && lease.Err() == nil && lease.Mode() >= ls.head.step.mode && !contended(lease) {
+		if need == 0 && ls.head != nil && e.needsLease(ls.head.step) && lease.Err() == nil && lease.Mode() >= ls.head.step.mode {
 			// A waiter is about to be granted: hand the lease over
 			// rather than give it back and claim it again. A lease too
 			// weak for it is given back instead: upgrading a claim that
 			// no hold needs would hold it while waiting, and two hosts
-			// doing so would wait for each other. A lease another host
-			// asked for is given back too (ContendedLease).
+			// doing so would wait for each other.
 			return
 		}
 		ls.busy = true
@@ -136,10 +135,4 @@ func (e *Engine) settleLocked(ls *lockState) {
 			}
 		}
 	}
-}
-
-// contended reports whether another host waits for lease's lock.
-func contended(lease Lease) bool {
-	c, ok := lease.(ContendedLease)
-	return ok && c.Contended()
 }
