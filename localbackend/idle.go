@@ -139,7 +139,14 @@ func (b *Backend) putIdle(l *lease, shared bool) {
 		l.file.Close()
 		return
 	}
-	expired := b.idle.put(&idleFile{rel: l.rel, file: l.file, writable: l.writable, since: time.Now()}, nil)
+	b.parkLocked(l.rel, l.file, l.writable)
+}
+
+// parkLocked keeps an unlocked descriptor of rel for reuse, starts the
+// sweep that closes it once expired, unlocks b.mu and closes what the pool
+// let go. Called with b.mu held and b not closed.
+func (b *Backend) parkLocked(rel string, file *os.File, writable bool) {
+	expired := b.idle.put(&idleFile{rel: rel, file: file, writable: writable, since: time.Now()}, nil)
 	if b.idleSweep == nil {
 		b.idleSweep = time.AfterFunc(idleReuse, b.sweepIdle)
 	}

@@ -148,11 +148,6 @@ func (b *Backend) unkeep(all []*keptFile) {
 			k.file.Close()
 			continue
 		}
-		expired := b.idle.put(&idleFile{rel: k.rel, file: k.file, writable: k.writable, since: time.Now()}, nil)
-		if b.idleSweep == nil {
-			b.idleSweep = time.AfterFunc(idleReuse, b.sweepIdle)
-		}
-		b.mu.Unlock()
-		closeAll(expired)
+		b.parkLocked(k.rel, k.file, k.writable)
 	}
 }
