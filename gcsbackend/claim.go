@@ -297,8 +297,9 @@ func (b *Backend) acquireRec(ctx context.Context, r *ownRec, mode lockmgr.Mode, 
 			if giveBack {
 				// A weaker warm record of ours, which another host asked
 				// for: the poller cannot drop it while this claim holds
-				// the record, so this claim does.
-				if err := b.dropLocked(ctx, r); err != nil {
+				// the record, so this claim does (and keeps r known: it
+				// may write r's record again).
+				if err := b.dropRec(ctx, r, false); err != nil {
 					return err
 				}
 			}
@@ -440,12 +441,15 @@ func (b *Backend) writeRec(ctx context.Context, r *ownRec, cur snapshot, mode lo
 }
 
 // withdraw takes r's record back after the verify step saw a claim with
-// priority: back to mode keep, or dropped if keep is 0.
+// priority: back to mode keep, or dropped if keep is 0. r stays in
+// Backend.recs: the claim may go on and write its record again, which
+// serveWants must then find to drop when asked (the claim forgets r
+// itself if it fails without a record).
 func (b *Backend) withdraw(r *ownRec, keep lockmgr.Mode) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.closeCtx), b.cfg.UnavailableAfter)
 	defer cancel()
 	if keep == 0 {
-		return b.dropLocked(ctx, r)
+		return b.dropRec(ctx, r, false)
 	}
 	return b.setMode(ctx, r, keep)
 }
@@ -460,8 +464,18 @@ func (b *Backend) drop(ctx context.Context, r *ownRec) error {
 	return b.dropLocked(ctx, r)
 }
 
-// dropLocked removes r's record; the caller holds r's slot.
+// dropLocked removes r's record and forgets r unless a lease uses it; the
+// caller holds r's slot.
 func (b *Backend) dropLocked(ctx context.Context, r *ownRec) error {
+	return b.dropRec(ctx, r, true)
+}
+
+// dropRec removes r's record; the caller holds r's slot. With forget, r
+// leaves Backend.recs unless a lease uses it. A claim in progress on r
+// drops with forget false: if it then writes r's record again, a record
+// missing from recs could never be dropped when another host asks for it,
+// nor when idle, and would block that host for the life of the session.
+func (b *Backend) dropRec(ctx context.Context, r *ownRec, forget bool) error {
 	self := r.sess.id
 	b.mu.Lock()
 	base := r.snap
@@ -490,7 +504,7 @@ func (b *Backend) dropLocked(ctx context.Context, r *ownRec) error {
 	r.present = false
 	r.wanted = false
 	clear(r.wantedBy)
-	if b.recs[r.name] == r && r.lease == nil {
+	if forget && b.recs[r.name] == r && r.lease == nil {
 		delete(b.recs, r.name)
 	}
 	b.mu.Unlock()

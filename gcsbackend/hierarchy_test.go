@@ -199,7 +199,6 @@ func hierRun(t *testing.T, emu *gcstest.Emulator, noVerify bool, rounds int) ([]
 	opening(0, 2, 0) // holds h/x, others try h
 	opening(1, 0, 3) // holds h, others try h/y
 
-	var stranded atomic.Int64
 	var wg sync.WaitGroup
 	for c := 0; c < hosts*perHost; c++ {
 		e := engines[c%hosts]
@@ -228,18 +227,19 @@ func hierRun(t *testing.T, emu *gcstest.Emulator, noVerify bool, rounds int) ([]
 					_, err = e.Acquire(ctx, request(hierLocks[lock], mode, 300+c, true))
 				}
 				cancel()
-				if errors.Is(err, context.DeadlineExceeded) {
-					// KNOWN ISSUE (liveness, not safety): under GCS's
-					// write limit with four hosts contending for a
-					// parent and its children, a waiter is now and then
-					// stranded past its deadline; not root-caused yet.
-					// This test asserts safety (porcupine, overlaps);
-					// the stranded client stops and is counted.
-					stranded.Add(1)
-					t.Logf("client %d stranded: %v", c, err)
+				if err != nil && noVerify {
+					// The control is a broken protocol: only its
+					// overlaps matter, a client it strands stops.
+					t.Logf("control: client %d stops: %v", c, err)
 					return
 				}
 				if err != nil {
+					// Liveness: every waiter is served before its
+					// deadline, as its blockers release within
+					// milliseconds. (A record written by a claim that
+					// had given an earlier one back, unknown to its
+					// host, stranded waiters here until the host claimed
+					// that lock again: TestRecordGivenBackWhileWaitingStaysKnown.)
 					t.Errorf("client %d: %v", c, err)
 					return
 				}
@@ -259,7 +259,7 @@ func hierRun(t *testing.T, emu *gcstest.Emulator, noVerify bool, rounds int) ([]
 		}()
 	}
 	wg.Wait()
-	t.Logf("write limit: %d writes answered 429; %d clients stranded", limit.Traffic().Limited, stranded.Load())
+	t.Logf("write limit: %d writes answered 429", limit.Traffic().Limited)
 	return h.ops, violations
 }
 

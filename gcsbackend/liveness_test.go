@@ -1,0 +1,79 @@
+package gcsbackend_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// Two hosts keep a lock warm in shared mode, then both claim it
+// exclusively at once: each sees the other's shared record, asks for it,
+// and gives its own back while it waits (it was asked for). One is
+// granted, releases, and the other is granted after it. Every record must
+// stay known to its host through this: a host that forgot the record it
+// wrote after giving an earlier one back could not drop it when asked, and
+// a third host would wait for it for as long as the session lives. This
+// strands the third host before the fix (the record given back was
+// forgotten by the claim that went on to write a new one).
+func TestRecordGivenBackWhileWaitingStaysKnown(t *testing.T) {
+	emu := gcstest.Start(t)
+	a, b, c := newBackend(t, emu, nil), newBackend(t, emu, nil), newBackend(t, emu, nil)
+	id := dirLock("d")
+	ctx := ctxT(t, 90*time.Second)
+	for _, h := range []interface {
+		Claim(context.Context, lockmgr.LockID, lockmgr.Mode, bool) (lockmgr.Lease, error)
+	}{a, b} {
+		l, err := h.Claim(ctx, id, lockmgr.Shared, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil { // kept warm
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, h := range []interface {
+		Claim(context.Context, lockmgr.LockID, lockmgr.Mode, bool) (lockmgr.Lease, error)
+	}{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			l, err := h.Claim(wctx, id, lockmgr.Exclusive, true)
+			if err != nil {
+				t.Errorf("exclusive claim after a shared warm record: %v", err)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+			if err := l.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	// Both records are warm now (or dropped): a third host asks for them
+	// and must be served within a few want polls.
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	l, err := c.Claim(wctx, id, lockmgr.Exclusive, true)
+	if err != nil {
+		for _, h := range []interface {
+			ReadRecord(context.Context, string) (int64, uint64, []string, error)
+		}{a} {
+			_, _, holders, _ := h.ReadRecord(ctx, a.ObjectName(id))
+			t.Logf("records in the object: %v", holders)
+		}
+		t.Fatalf("a third host's waiter is stranded by a record its host no longer knows: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
