@@ -681,6 +681,16 @@ func (c *Conn) Features() InitFlags {
 	return c.flags
 }
 
+// connGone reports whether a read of /dev/fuse failed because the
+// connection is over: ENODEV once it is unmounted, and ECONNABORTED when
+// the kernel shut it down while this read had already taken a request
+// (fuse_dev_do_read answers that request itself; an unmount with many
+// requests in flight, such as the RELEASEs of a process that just died,
+// hits it), or after an abort through /sys/fs/fuse/connections.
+func connGone(err error) bool {
+	return err == syscall.ENODEV || err == syscall.ECONNABORTED
+}
+
 // ReadRequest returns the next FUSE request from the kernel.
 //
 // Caller must call either Request.Respond or Request.RespondError in
@@ -690,7 +700,11 @@ func (c *Conn) ReadRequest() (Request, error) {
 	c.rio.RLock()
 	n, err := syscall.Read(c.fd(), m.buf)
 	c.rio.RUnlock()
-	if err != nil && err != syscall.ENODEV {
+	if connGone(err) {
+		putMessage(m)
+		return nil, io.EOF
+	}
+	if err != nil {
 		putMessage(m)
 		return nil, err
 	}
