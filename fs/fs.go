@@ -253,10 +253,38 @@ func (f *FS) Close() error {
 	for _, o := range owners {
 		o.close()
 	}
+	f.closeOpenHandles()
 	if err := unix.Close(f.rootFd); err != nil {
 		return fmt.Errorf("lockfs: close source: %w", err)
 	}
 	return nil
+}
+
+// closeOpenHandles closes the backing descriptors of the handles still
+// open when the mount ends. The kernel sends the RELEASE of a file closed
+// by a process that just died in the background, and an unmount drops
+// the ones not yet sent, so without this a daemon that serves one mount
+// after another (the tests, a library user) would keep those descriptors
+// for good.
+func (f *FS) closeOpenHandles() {
+	f.nodesMu.Lock()
+	nodes := make([]*node, 0, len(f.nodes))
+	for _, pn := range f.nodes {
+		nodes = append(nodes, pn.base())
+	}
+	f.nodesMu.Unlock()
+	nodes = append(nodes, &f.root.node)
+	for _, n := range nodes {
+		n.mu.Lock()
+		open := make([]*openFile, 0, len(n.open))
+		for of := range n.open {
+			open = append(open, of)
+		}
+		n.mu.Unlock()
+		for _, of := range open {
+			n.releaseOpen(of)
+		}
+	}
 }
 
 // Statfs reports the file system that holds SOURCE.
