@@ -55,6 +55,11 @@ type ownRec struct {
 	// dropped rather than kept warm.
 	wanted   bool
 	wantedBy map[string]bool
+	// uncertain: a write of the record had an unknown outcome and may
+	// still land. r stays in Backend.recs, so that the record is dropped
+	// if another host asks for it, and is read once more WarmFor later
+	// (dropIdle), until a write of ours to the object settles it.
+	uncertain bool
 }
 
 func (r *ownRec) lock(ctx context.Context) error {
@@ -417,7 +422,8 @@ func (b *Backend) writeRec(ctx context.Context, r *ownRec, cur snapshot, mode lo
 	if errors.As(err, &amb) {
 		// The write may still land: make sure it does not stay.
 		b.mu.Lock()
-		r.present = true
+		r.present, r.uncertain = true, true
+		r.idleSince = b.clock.Now()
 		b.mu.Unlock()
 		b.dropLater(r)
 		return claimRef{}, err
@@ -430,6 +436,7 @@ func (b *Backend) writeRec(ctx context.Context, r *ownRec, cur snapshot, mode lo
 	defer b.mu.Unlock()
 	r.snap = res.snap
 	r.present = c != nil
+	r.uncertain = false // a write that landed after it fails its precondition
 	if c == nil {
 		return claimRef{}, fmt.Errorf("internal error: claim on %s landed without its record", r.id)
 	}
@@ -480,12 +487,13 @@ func (b *Backend) dropRec(ctx context.Context, r *ownRec, forget bool) error {
 	b.mu.Lock()
 	base := r.snap
 	present := r.present
+	uncertain := r.uncertain
 	b.mu.Unlock()
 	if !present {
 		return nil
 	}
 	o := mutateOpts{}
-	if base.gen != 0 {
+	if base.gen != 0 && !uncertain { // a late write is not in base: read
 		o.base = &base
 	}
 	res, err := b.mutate(ctx, r.name, o, func(cur snapshot) (*record, error) {
@@ -504,7 +512,10 @@ func (b *Backend) dropRec(ctx context.Context, r *ownRec, forget bool) error {
 	r.present = false
 	r.wanted = false
 	clear(r.wantedBy)
-	if forget && b.recs[r.name] == r && r.lease == nil {
+	if res.wrote {
+		r.uncertain = false
+	}
+	if forget && !r.uncertain && b.recs[r.name] == r && r.lease == nil {
 		delete(b.recs, r.name)
 	}
 	b.mu.Unlock()

@@ -81,3 +81,19 @@ func (b *Backend) SessionValidity() (lastSent, validUntil int64) {
 	ls, vu := s.validity()
 	return int64(ls), int64(vu)
 }
+
+// LoseTrackOfRecord puts the backend's warm record of id in the state a
+// record that a write of unknown outcome landed after the drop that
+// followed it leaves: in the bucket, while the backend believes it is not.
+// It reports whether there was an unused record to do this to.
+func (b *Backend) LoseTrackOfRecord(id lockmgr.LockID) bool {
+	name := b.ObjectName(id)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.recs[name]
+	if r == nil || r.lease != nil || !r.present {
+		return false
+	}
+	r.present, r.uncertain = false, true
+	return true
+}

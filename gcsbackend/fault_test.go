@@ -49,7 +49,7 @@ func TestFaultInjection(t *testing.T) {
 	}
 
 	var csF, csG critical
-	var grants, deadlocks, unavailable, stranded atomic.Int64
+	var grants, deadlocks, unavailable atomic.Int64
 	stop := time.Now().Add(12 * time.Second)
 	var wg sync.WaitGroup
 	for c := 0; c < 6; c++ {
@@ -78,15 +78,6 @@ func TestFaultInjection(t *testing.T) {
 				case errors.Is(err, lockmgr.ErrUnavailable):
 					unavailable.Add(1)
 					continue
-				case errors.Is(err, context.DeadlineExceeded):
-					// Known liveness bug (docs/GCS-PROTOCOL.md §9): a
-					// waiter is now and then stranded although its
-					// blockers release. Counted and reported, not failed,
-					// until it is fixed; safety and progress are still
-					// asserted below.
-					stranded.Add(1)
-					t.Logf("client %d stranded (known liveness bug): %v", c, err)
-					return
 				case err != nil:
 					t.Errorf("client %d: %v", c, err)
 					return
@@ -126,8 +117,8 @@ func TestFaultInjection(t *testing.T) {
 			t.Errorf("host %d: not every fault was injected: %+v", i, ps)
 		}
 	}
-	t.Logf("%d grants (%d on f, %d on f/g), %d upgrade deadlocks broken, %d unavailable, %d holds lost, %d clients stranded",
-		grants.Load(), csF.entries-csG.entries, csG.entries, deadlocks.Load(), unavailable.Load(), losses.Load(), stranded.Load())
+	t.Logf("%d grants (%d on f, %d on f/g), %d upgrade deadlocks broken, %d unavailable, %d holds lost",
+		grants.Load(), csF.entries-csG.entries, csG.entries, deadlocks.Load(), unavailable.Load(), losses.Load())
 	if grants.Load() < 20 {
 		t.Errorf("only %d grants: the hosts made no progress", grants.Load())
 	}

@@ -77,3 +77,40 @@ func TestRecordGivenBackWhileWaitingStaysKnown(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A record that a write of unknown outcome left in the bucket after the
+// drop that followed it found nothing is dropped when another host asks
+// for it: its host keeps such a record known, reads the object a want
+// names and drops its record there. Before, the drop forgot the record
+// and every other host's claim waited for it until the session ended
+// (this test then fails: the non-blocking claim gets ErrWouldBlock). The
+// read before the claim is the control that the record is there.
+func TestUnknownRecordIsDroppedWhenAsked(t *testing.T) {
+	emu := gcstest.Start(t)
+	a, c := newBackend(t, emu, nil), newBackend(t, emu, nil)
+	id := dirLock("d")
+	ctx := ctxT(t, 60*time.Second)
+	l, err := a.Claim(ctx, id, lockmgr.Exclusive, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil { // kept warm
+		t.Fatal(err)
+	}
+	if !a.LoseTrackOfRecord(id) {
+		t.Fatal("no warm record to forget")
+	}
+	if _, _, holders, err := a.ReadRecord(ctx, a.ObjectName(id)); err != nil || len(holders) != 1 {
+		t.Fatalf("the forgotten record is not in the object: %v, %v", holders, err)
+	}
+	// A non-blocking claim asks and gives holders about one want poll:
+	// enough for a record its host still knows.
+	l, err = c.Claim(ctx, id, lockmgr.Exclusive, false)
+	if err != nil {
+		_, _, holders, _ := a.ReadRecord(ctx, a.ObjectName(id))
+		t.Fatalf("a record its host lost track of blocks another host's claim: %v (records: %v)", err, holders)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

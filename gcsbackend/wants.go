@@ -206,6 +206,14 @@ func (b *Backend) serveWants(s *session) {
 		wantedBy[w.object][w.waiter] = true
 	}
 	for name, r := range b.recs {
+		if r.sess == s && r.uncertain && !r.present && r.lease == nil && len(wantedBy[name]) > 0 {
+			// Another host waits for a record that a write of unknown
+			// outcome may have left after all: read the object and
+			// drop it if it is there.
+			r.present = true
+		}
+	}
+	for name, r := range b.recs {
 		if r.sess != s || !r.present {
 			continue
 		}
@@ -326,7 +334,15 @@ func (b *Backend) dropIdle(s *session) {
 	var idle []*ownRec
 	b.mu.Lock()
 	for _, r := range b.recs {
-		if r.sess == s && r.present && r.lease == nil && now-r.idleSince >= b.cfg.WarmFor {
+		if r.sess != s || r.lease != nil || now-r.idleSince < b.cfg.WarmFor {
+			continue
+		}
+		if r.uncertain && !r.present {
+			// A last look, WarmFor after a write of unknown outcome:
+			// drop the record if it landed after all, then forget it.
+			r.present, r.uncertain = true, false
+		}
+		if r.present {
 			idle = append(idle, r)
 		}
 	}
