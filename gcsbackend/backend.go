@@ -222,7 +222,7 @@ var errNoWaitBound = errors.New("bound of a claim without wait")
 
 // claim runs the claim protocol on id's record.
 func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, name string, mode lockmgr.Mode, wait bool, giveUp time.Duration) (*lease, error) {
-	s, err := b.ensureSession(ctx, giveUp)
+	s, pre, err := b.sessionAndScan(ctx, id, name, mode, giveUp)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +257,7 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, name string, mod
 		b.stats.warmClaims.Add(1)
 		return b.newLease(r), nil
 	}
-	if err := b.acquireRec(ctx, r, mode, wait, giveUp, 0); err != nil {
+	if err := b.acquireRec(ctx, r, mode, wait, giveUp, 0, pre); err != nil {
 		b.mu.Lock()
 		if !r.present && r.lease == nil && b.recs[name] == r {
 			delete(b.recs, name)
@@ -266,6 +266,41 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, name string, mod
 		return nil, err
 	}
 	return b.newLease(r), nil
+}
+
+// sessionAndScan returns the live session. A claim that must start one
+// (the host's first, or the first after a lost session) scans at the same
+// time, and returns that scan for the claim's first round: a round trip
+// saved on the first claim of a mount. The record is written only after
+// both, so no record of the session lands before the session object. A
+// scan that failed is not returned; the claim scans again.
+func (b *Backend) sessionAndScan(ctx context.Context, id lockmgr.LockID, name string, mode lockmgr.Mode, giveUp time.Duration) (*session, *scan, error) {
+	if s := b.currentSession(); s != nil {
+		return s, nil, nil
+	}
+	type scanned struct {
+		sc  scan
+		err error
+	}
+	done := make(chan scanned, 1)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		// No record of a session not yet started can be in the way.
+		sc, err := b.scanFor(sctx, id, name, mode, "", true)
+		done <- scanned{sc, err}
+	}()
+	s, err := b.ensureSession(ctx, giveUp)
+	if err != nil {
+		cancel()
+		<-done
+		return nil, nil, err
+	}
+	res := <-done
+	if res.err != nil {
+		return s, nil, nil
+	}
+	return s, &res.sc, nil
 }
 
 // recFor returns this session's record handle for object name, creating it.

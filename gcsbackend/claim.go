@@ -260,9 +260,10 @@ func (b *Backend) listRetry(ctx context.Context, prefix string) ([]listed, error
 
 // acquireRec brings r to mode: scan, write, verify, as described at the
 // top of this file. keep is the mode to fall back to when the record must
-// be withdrawn (a held shared record being upgraded), 0 to drop it. The
-// caller holds r's slot.
-func (b *Backend) acquireRec(ctx context.Context, r *ownRec, mode lockmgr.Mode, wait bool, giveUp time.Duration, keep lockmgr.Mode) error {
+// be withdrawn (a held shared record being upgraded), 0 to drop it. pre,
+// if not nil, is a scan made for this claim already, used for the first
+// round. The caller holds r's slot.
+func (b *Backend) acquireRec(ctx context.Context, r *ownRec, mode lockmgr.Mode, wait bool, giveUp time.Duration, keep lockmgr.Mode, pre *scan) error {
 	self := r.sess.id
 	asked := newAsks(b, self, r.id, mode)
 	defer asked.withdraw()
@@ -273,9 +274,14 @@ func (b *Backend) acquireRec(ctx context.Context, r *ownRec, mode lockmgr.Mode, 
 	// flock -n fail.
 	var askUntil time.Duration
 	for {
-		sc, err := b.scanFor(ctx, r.id, r.name, mode, self, true)
-		if err != nil {
-			return err
+		var sc scan
+		if pre != nil {
+			sc, pre = *pre, nil
+		} else {
+			var err error
+			if sc, err = b.scanFor(ctx, r.id, r.name, mode, self, true); err != nil {
+				return err
+			}
 		}
 		live, nextStale := b.liveConflicts(ctx, sc.conflicts)
 		if len(live) > 0 {

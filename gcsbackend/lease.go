@@ -182,7 +182,7 @@ func (l *lease) convert(ctx context.Context, mode lockmgr.Mode, wait bool) error
 		if !wait {
 			giveUp = min(giveUp, noWaitGiveUp)
 		}
-		err = l.b.acquireRec(ctx, l.r, mode, wait, giveUp, cur)
+		err = l.b.acquireRec(ctx, l.r, mode, wait, giveUp, cur, nil)
 	}
 	if errors.Is(err, errGone) {
 		l.lose(errGone)
