@@ -89,6 +89,8 @@ type Backend struct {
 	// wants are the wants addressed to this session at the last listing.
 	// GUARDED_BY(mu)
 	wants []want
+	// wantsListed is when they were listed. GUARDED_BY(mu)
+	wantsListed time.Duration
 	// waiterChecked is when the session of a waiter with a want here was
 	// last judged. GUARDED_BY(mu)
 	waiterChecked map[string]time.Duration

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -112,5 +113,56 @@ func TestUnknownRecordIsDroppedWhenAsked(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A host that only holds records lists its wants once per refresh
+// interval, not at every want poll; one with a warm record lists at every
+// poll (the control), and a waiter of another host still gets a held
+// record within about a poll of its release.
+func TestHeldRecordsListWantsSlowly(t *testing.T) {
+	emu := gcstest.Start(t)
+	a := newBackend(t, emu, func(c *gcsbackend.Config) { c.WantPoll = 100 * time.Millisecond; c.TTL = 6 * time.Second; c.RefreshInterval = 2 * time.Second })
+	c := newBackend(t, emu, nil)
+	ctx := ctxT(t, 60*time.Second)
+	held, err := a.Claim(ctx, dirLock("held"), lockmgr.Exclusive, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists := func(d time.Duration) uint64 {
+		before := a.Stats().Lists
+		time.Sleep(d)
+		return a.Stats().Lists - before
+	}
+	if n := lists(3 * time.Second); n > 3 {
+		t.Errorf("holding one record only: %d listings in 3 s at a 2 s refresh interval, want at most 2 (3 with scheduling slack)", n)
+	}
+	warm, err := a.Claim(ctx, dirLock("warm"), lockmgr.Exclusive, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := lists(3 * time.Second); n < 10 {
+		t.Errorf("control: with a warm record, %d listings in 3 s at a 100 ms want poll, want about 30", n)
+	}
+	// Another host's waiter for the held record is served after its release.
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		l, err := c.Claim(wctx, dirLock("held"), lockmgr.Exclusive, true)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the other host's waiter after the release: %v", err)
 	}
 }

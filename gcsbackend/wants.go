@@ -143,15 +143,36 @@ func (b *Backend) wantPoller() {
 		if s == nil {
 			continue
 		}
-		b.mu.Lock()
-		n := len(b.recs)
-		b.mu.Unlock()
-		if n == 0 {
+		if !b.wantsDue(s) {
 			continue
 		}
 		b.serveWants(s)
 		b.dropIdle(s)
 	}
+}
+
+// wantsDue reports whether the wants of s are to be listed now: at every
+// poll while s has a warm record (one another host's waiter may be
+// waiting for, to be dropped at once), every RefreshInterval while it only
+// has held ones (a want only matters at their release, which leaves the
+// record warm and so polled again within WantPoll), never without
+// records. A listing is the dearest request there is; a fleet of hosts
+// that hold locks for long would otherwise list once a second each.
+func (b *Backend) wantsDue(s *session) bool {
+	now := b.clock.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	held := false
+	for _, r := range b.recs {
+		if r.sess != s {
+			continue
+		}
+		if r.lease == nil && (r.present || r.uncertain) {
+			return true
+		}
+		held = held || r.lease != nil
+	}
+	return held && now-b.wantsListed >= b.cfg.RefreshInterval
 }
 
 // serveWants lists the wants addressed to s and acts on them: a warm
@@ -171,6 +192,7 @@ func (b *Backend) serveWants(s *session) {
 	var ws []want
 	now := b.clock.Now()
 	b.mu.Lock()
+	b.wantsListed = now
 	seen := make(map[string]time.Duration, len(b.wants))
 	for _, w := range b.wants {
 		seen[w.name] = w.seen
