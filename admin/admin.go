@@ -47,6 +47,27 @@ type Reply struct {
 	Backend    string `json:"backend"`
 	Host       string `json:"host"`
 	Locks      []Lock `json:"locks"`
+	// Claims are every host's claims on the locks of Path itself, as the
+	// backend stores them (gcs: one read of each lock's object); empty for
+	// a backend that keeps none (local). ClaimsError says why they could
+	// not be read.
+	Claims      []Claim `json:"claims,omitempty"`
+	ClaimsError string  `json:"claims_error,omitempty"`
+}
+
+// Claim is one host's claim on a lock in the backend's shared store.
+type Claim struct {
+	Path    string    `json:"path"`
+	Kind    string    `json:"kind"`
+	Host    string    `json:"host"`
+	Mode    string    `json:"mode"`
+	Since   time.Time `json:"since,omitempty"`
+	Session string    `json:"session"`
+	// State is the session's as this host judges it: live, stale or dead.
+	State string `json:"state"`
+	// Use is held or warm for this host's own claim, claimed for another
+	// host's.
+	Use string `json:"use"`
 }
 
 // Lock is one lock in a status reply.
@@ -251,6 +272,7 @@ func (s *Server) serve(req *Request, uid int, reply *Reply) {
 	switch req.Op {
 	case "status":
 		reply.Locks = s.status(p, uid)
+		reply.Claims, reply.ClaimsError = s.claims(p)
 	case "break":
 		if uid != 0 {
 			reply.Error = "permission denied: only root may break a lock"
@@ -331,6 +353,65 @@ func (s *Server) status(p string, uid int) []Lock {
 		out = append(out, l)
 	}
 	return out
+}
+
+// claimsTimeout bounds the backend reads of a status request.
+const claimsTimeout = 3 * time.Second
+
+// claims reads every host's claims on the three locks of directory p from
+// the backend, in parallel (one read each for gcs; nothing for local).
+func (s *Server) claims(p string) ([]Claim, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), claimsTimeout)
+	defer cancel()
+	kinds := []lockmgr.Kind{lockmgr.KindDir, lockmgr.KindNewDir, lockmgr.KindUsage}
+	lines := make([][]string, len(kinds))
+	errs := make([]error, len(kinds))
+	var wg sync.WaitGroup
+	for i, k := range kinds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lines[i], errs[i] = s.cfg.Engine.Claims(ctx, lockmgr.LockID{Path: p, Kind: k})
+		}()
+	}
+	wg.Wait()
+	var out []Claim
+	var failed []string
+	for i, k := range kinds {
+		if errs[i] != nil {
+			failed = append(failed, errs[i].Error())
+			continue
+		}
+		for _, line := range lines[i] {
+			out = append(out, parseClaim(p, k, line))
+		}
+	}
+	return out, strings.Join(failed, "; ")
+}
+
+// parseClaim reads one line of lockmgr.ClaimLister.
+func parseClaim(p string, k lockmgr.Kind, line string) Claim {
+	c := Claim{Path: p, Kind: k.String()}
+	for _, f := range strings.Fields(line) {
+		key, v, _ := strings.Cut(f, "=")
+		switch key {
+		case "host":
+			c.Host = v
+		case "mode":
+			c.Mode = v
+		case "since":
+			if t, err := time.Parse(time.RFC3339, v); err == nil {
+				c.Since = t
+			}
+		case "session":
+			c.Session = v
+		case "state":
+			c.State = v
+		case "use":
+			c.Use = v
+		}
+	}
+	return c
 }
 
 // Call sends one request to the admin socket at path and returns the reply.

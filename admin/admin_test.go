@@ -224,3 +224,28 @@ print(s.makefile().readline())`
 		t.Fatalf("control: root was refused: %s", out)
 	}
 }
+
+// TestClaimRows: a backend's claim line becomes a Claim and a table row;
+// a claims error is printed under the table.
+func TestClaimRows(t *testing.T) {
+	c := parseClaim("a", lockmgr.KindDir, "host=build-7 mode=exclusive since=2026-12-01T10:00:00Z session=s1.abc state=stale use=claimed")
+	want := Claim{Path: "a", Kind: "dir", Host: "build-7", Mode: "exclusive", Since: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
+		Session: "s1.abc", State: "stale", Use: "claimed"}
+	if c != want {
+		t.Fatalf("parseClaim: %+v, want %+v", c, want)
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, Reply{Claims: []Claim{c}, ClaimsError: "read x: 503"}, want.Since.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, s := range []string{"claim(claimed)", "build-7", "exclusive", "1m0s", "session stale", "could not be read: read x: 503"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("table lacks %q:\n%s", s, out)
+		}
+	}
+	buf.Reset()
+	if err := WriteTable(&buf, Reply{}, time.Now()); err != nil || strings.Contains(buf.String(), "claim(") || strings.Contains(buf.String(), "could not") {
+		t.Errorf("control: a reply without claims: %v\n%s", err, buf.String())
+	}
+}

@@ -54,6 +54,24 @@ func WriteTable(w io.Writer, r Reply, now time.Time) error {
 				"-", num(wt.PID), uid(wt.UID, wt.Hidden), orDash(command(wt.Command, wt.Cmdline, wt.Runs)), age(now, wt.Since), "-", lease, note)
 		}
 	}
+	// Every host's claims in the backend's shared store (gcs), this
+	// host's own included: ROLE claim(held|warm|claimed), LEASE the
+	// claiming session's state.
+	for _, c := range r.Claims {
+		path := lockmgr.QuoteName(c.Path)
+		if path == "." {
+			path = "/"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", path, c.Kind, "claim("+c.Use+")", c.Mode,
+			orDash(c.Host), "-", "-", "-", age(now, c.Since), "-", "session "+c.State, "-")
+	}
+	if r.ClaimsError != "" {
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "(the backend's claims could not be read: %s)\n", r.ClaimsError)
+		return nil
+	}
 	return tw.Flush()
 }
 

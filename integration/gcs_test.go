@@ -14,6 +14,7 @@ package integration
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -194,6 +195,32 @@ func TestGCSCrossHostFlock(t *testing.T) {
 		}
 		if strings.Contains(string(st), "host=host-a") || !strings.Contains(string(st), "claim host=host-b mode=exclusive") {
 			t.Errorf("control: cat b/.lock on B:\n%s\nwant only B's own warm claim", st)
+		}
+		// lockfs status on B shows A's claim too; control: the sibling's
+		// status shows only B's own claim.
+		claims := func(dir string) string {
+			r := run(t, 10*time.Second, lockfsBin, "status", "--json", b.path(dir))
+			var replies []statusReply
+			if err := json.Unmarshal([]byte(r.stdout), &replies); r.code != 0 || err != nil || len(replies) != 1 {
+				t.Fatalf("lockfs status --json %s on B: %v (%v)", dir, r, err)
+			}
+			if replies[0].ClaimsError != "" {
+				t.Errorf("lockfs status %s on B: claims not read: %s", dir, replies[0].ClaimsError)
+			}
+			var out []string
+			for _, c := range replies[0].Claims {
+				out = append(out, fmt.Sprintf("%s %s %s %s %s %s", c.Path, c.Kind, c.Host, c.Mode, c.State, c.Use))
+			}
+			return strings.Join(out, "; ")
+		}
+		if got := claims("a"); got != "a dir host-a exclusive live claimed" {
+			t.Errorf("lockfs status a on B while A holds it: claims %q, want A's exclusive claim", got)
+		}
+		if got := claims("b"); got != "b dir host-b exclusive live warm" {
+			t.Errorf("control: lockfs status b on B: claims %q, want only B's own warm claim", got)
+		}
+		if r := run(t, 10*time.Second, lockfsBin, "status", b.path("a")); r.code != 0 || !strings.Contains(r.stdout, "claim(claimed)") || !strings.Contains(r.stdout, "host-a") {
+			t.Errorf("lockfs status a on B (table): %v, want a claim(claimed) row of host-a", r)
 		}
 		// Control: B gets it once A's holder is gone.
 		h.kill()

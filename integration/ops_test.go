@@ -105,6 +105,15 @@ type statusReply struct {
 			PID  int    `json:"pid"`
 		} `json:"waiters"`
 	} `json:"locks"`
+	Claims []struct {
+		Path  string `json:"path"`
+		Kind  string `json:"kind"`
+		Host  string `json:"host"`
+		Mode  string `json:"mode"`
+		State string `json:"state"`
+		Use   string `json:"use"`
+	} `json:"claims"`
+	ClaimsError string `json:"claims_error"`
 }
 
 func freePort(t *testing.T) string {
