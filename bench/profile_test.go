@@ -124,6 +124,7 @@ func TestProfileDaemon(t *testing.T) {
 		pprof.StopCPUProfile()
 	}
 	cpu("pair", func() { run("pair", "-file", filepath.Join(mnt, "a/b/c/d/.lock"), "-n", "20000") })
+	cpu("pair0", func() { run("pair", "-file", filepath.Join(mnt, ".lock"), "-n", "20000") })
 	cpu("meta", func() { run("meta", "-dir", filepath.Join(mnt, "meta"), "-n", "4000") })
 	// Eight processes on disjoint locks, with the mutex profile on.
 	runtime.SetMutexProfileFraction(10)

@@ -100,6 +100,12 @@ type Engine struct {
 	// watches has one exit watch per process that a hold depends on
 	// (heirs.go). GUARDED_BY(mu)
 	watches map[ProcID]*procWatch
+	// idle lists the watches that lost their last hold, oldest first, to
+	// be ended after linger unless reused (heirs.go). GUARDED_BY(mu)
+	idle []idleWatch
+	// linger is how long an idle watch is kept: watchLinger (tests set 0
+	// to end a watch with its last hold).
+	linger time.Duration
 	// exitWork counts exits being handled (mu may be dropped meanwhile
 	// for a /proc scan), so that tests know when the engine has settled.
 	// GUARDED_BY(mu)
@@ -133,6 +139,7 @@ func New(cfg Config) (*Engine, error) {
 		watches: make(map[ProcID]*procWatch),
 		closing: make(chan struct{}),
 		after:   cfg.After,
+		linger:  watchLinger,
 	}
 	if w, ok := cfg.Processes.(ProcessWatcher); ok {
 		e.watcher = w

@@ -19,6 +19,9 @@ type fakeTree struct {
 	// fds maps an open file description (ino, description id) to the
 	// processes that hold a descriptor of it.
 	fds map[fakeDesc]map[int]bool
+	// waits counts the WaitExit calls per pid (watches started), and
+	// waiting the calls in progress.
+	waits, waiting map[int]int
 }
 
 // fakeDesc names an open file description: the file's inode and an id.
@@ -31,7 +34,7 @@ var _ ProcessWatcher = (*fakeTree)(nil)
 
 func newFakeTree() *fakeTree {
 	return &fakeTree{parent: map[int]int{1: 0}, dead: map[int]bool{}, exited: map[int]chan struct{}{},
-		fds: map[fakeDesc]map[int]bool{}}
+		fds: map[fakeDesc]map[int]bool{}, waits: map[int]int{}, waiting: map[int]int{}}
 }
 
 func (t *fakeTree) add(pid, parent int) {
@@ -85,7 +88,14 @@ func (t *fakeTree) close(pid int, d fakeDesc) {
 func (t *fakeTree) WaitExit(ctx context.Context, p ProcID) error {
 	t.mu.Lock()
 	ch := t.exited[p.PID]
+	t.waits[p.PID]++
+	t.waiting[p.PID]++
 	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		t.waiting[p.PID]--
+		t.mu.Unlock()
+	}()
 	if ch == nil || p.Start != 1 {
 		return nil
 	}
@@ -327,4 +337,12 @@ func leaseOf(e *Engine, id LockID) *memLease {
 		}
 	}
 	return nil
+}
+
+// watchCounts returns how many watches of pid were started and how many
+// are still waiting.
+func (t *fakeTree) watchCounts(pid int) (started, waiting int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.waits[pid], t.waiting[pid]
 }

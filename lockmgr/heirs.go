@@ -1,6 +1,9 @@
 package lockmgr
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Who a hold belongs to after the process that took it exits (SPEC §2.3).
 //
@@ -28,6 +31,20 @@ import "context"
 //
 // The scan reads /proc and runs without Engine.mu; a change of who a hold
 // belongs to wakes every waiter of its lock, which look again.
+//
+// A watch outlives its last hold by watchLinger: a process that locks and
+// unlocks in a loop (or waits its turn among others) would otherwise open
+// a pidfd, register it with the poller, start a goroutine and tear all of
+// it down again at every lock, several syscalls per request. An idle
+// watch holds no hold and changes no answer (a process without holds is
+// alive to the engine whether it is watched or not). It ends when its
+// process exits, when it is reused, or at the first track or untrack after
+// watchLinger (idleLocked, sweepIdleLocked): no timer, so a quiet engine
+// keeps its idle watches until its next lock request or until their
+// processes exit, at most one pidfd per such process.
+
+// watchLinger is how long a watch without holds is kept for reuse.
+const watchLinger = 5 * time.Second
 
 // procWatch is the engine's watch on one process.
 type procWatch struct {
@@ -37,6 +54,19 @@ type procWatch struct {
 	exited bool
 	// cancel stops the watch's goroutine.
 	cancel context.CancelFunc
+	// idleSince is when the watch lost its last hold (zero while it has
+	// holds): it is ended after watchLinger unless reused.
+	idleSince time.Time
+	// queued: the watch has an entry in Engine.idle.
+	queued bool
+}
+
+// idleWatch is an entry of Engine.idle: watch w of process p, queued at
+// since. A watch has at most one entry (procWatch.queued).
+type idleWatch struct {
+	p     ProcID
+	w     *procWatch
+	since time.Time
 }
 
 // exitedLocked reports whether the engine has seen p exit. A process it
@@ -51,6 +81,7 @@ func (e *Engine) trackLocked(h *hold, p ProcID) {
 	if p == (ProcID{}) || e.watcher == nil {
 		return
 	}
+	e.sweepIdleLocked()
 	w := e.watches[p]
 	if w == nil {
 		ctx, cancel := context.WithCancel(e.ctx)
@@ -60,6 +91,7 @@ func (e *Engine) trackLocked(h *hold, p ProcID) {
 		go e.watchExit(ctx, w, p)
 	}
 	w.holds[h] = struct{}{}
+	w.idleSince = time.Time{}
 }
 
 // untrackLocked undoes trackLocked.
@@ -70,7 +102,51 @@ func (e *Engine) untrackLocked(h *hold, p ProcID) {
 	}
 	delete(w.holds, h)
 	if len(w.holds) == 0 {
-		w.cancel()
+		e.idleLocked(p, w)
+	}
+	e.sweepIdleLocked()
+}
+
+// idleLocked keeps w, p's watch that has just lost its last hold, for
+// reuse (watchLinger), or ends it if p has exited.
+func (e *Engine) idleLocked(p ProcID, w *procWatch) {
+	if w.exited || e.linger <= 0 {
+		e.endWatchLocked(p, w)
+		return
+	}
+	w.idleSince = e.now()
+	if !w.queued {
+		w.queued = true
+		e.idle = append(e.idle, idleWatch{p: p, w: w, since: w.idleSince})
+	}
+}
+
+// sweepIdleLocked ends the watches idle for watchLinger. e.idle is in the
+// order the entries were queued; an entry found reused is dropped, one
+// found idle again since it was queued is queued again from then.
+func (e *Engine) sweepIdleLocked() {
+	now := e.now()
+	for len(e.idle) > 0 && now.Sub(e.idle[0].since) >= e.linger {
+		iw := e.idle[0]
+		e.idle[0] = idleWatch{}
+		e.idle = e.idle[1:]
+		w := iw.w
+		switch {
+		case e.watches[iw.p] != w || len(w.holds) > 0:
+			w.queued = false // ended, or in use again
+		case now.Sub(w.idleSince) >= e.linger:
+			w.queued = false
+			e.endWatchLocked(iw.p, w)
+		default:
+			e.idle = append(e.idle, idleWatch{p: iw.p, w: w, since: w.idleSince})
+		}
+	}
+}
+
+// endWatchLocked stops p's watch w and forgets it.
+func (e *Engine) endWatchLocked(p ProcID, w *procWatch) {
+	w.cancel()
+	if e.watches[p] == w {
 		delete(e.watches, p)
 	}
 }
@@ -105,6 +181,9 @@ func (e *Engine) watchExit(ctx context.Context, w *procWatch, p ProcID) {
 	e.mu.Lock()
 	if e.watches[p] == w && !w.exited {
 		e.exitedNowLocked(w)
+		if len(w.holds) == 0 {
+			e.endWatchLocked(p, w) // idle: nothing more to watch
+		}
 	}
 	e.mu.Unlock()
 }
