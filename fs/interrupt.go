@@ -15,8 +15,9 @@ import (
 //
 // The kernel sends an InterruptRequest when a process blocked in a FUSE
 // request gets a signal (flock -w timing out, Ctrl-C, SIGKILL). bazil
-// serves every request in its own goroutine and registers it for
-// interruption only once that goroutine runs, so an interrupt that arrives
+// (the fork) serves each request on the reader goroutine that read it and
+// registers it for interruption only once serving starts, while another
+// reader may already have read the interrupt: an interrupt that arrives
 // right after its target can be served first, find nothing, and be dropped:
 // the target then waits on, and a SIGKILLed waiter sits unkillable in D
 // state until the lock is granted (FUSE-NOTES.md).

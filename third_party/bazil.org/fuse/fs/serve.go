@@ -485,6 +485,11 @@ type Server struct {
 
 	// Used to ensure worker goroutines finish before Serve returns
 	wg sync.WaitGroup
+
+	// readers serve the requests (readLoop); perRequest: serve each
+	// request on a goroutine of its own instead, as upstream (tests).
+	readers    readerPool
+	perRequest bool
 }
 
 // Serve serves the FUSE connection by making calls to the methods
@@ -513,22 +518,114 @@ func (s *Server) Serve(fs FS) error {
 	})
 	s.handle = append(s.handle, nil)
 
+	if s.perRequest {
+		for {
+			req, err := s.conn.ReadRequest()
+			if err != nil {
+				if err == io.EOF {
+					break
+				}
+				return err
+			}
+
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.serve(req)
+			}()
+		}
+		return nil
+	}
+	s.readers.idle, s.readers.total = 1, 1
+	s.readers.done = make(chan struct{})
+	s.wg.Add(1)
+	go s.readLoop()
+	<-s.readers.done
+	return s.readers.err
+}
+
+// Readers (a change of the fork, PATCHES.md). Upstream read every request
+// on one goroutine and served each on a goroutine of its own: a goroutine
+// start, a wake-up of another thread to run it, and a fresh stack that
+// grows (copied) on every request. Here each reader goroutine serves the
+// request it read itself, lock requests included, and goes back to
+// reading. So that a request that blocks (a lock wait, a handler sending
+// an invalidation that the kernel holds until another request is
+// answered) never keeps the others from being read, a reader that takes a
+// request when no other reader is idle first starts one. A reader that
+// finishes while maxIdleReaders others are idle exits. Serve returns when
+// the last reader has seen the connection end (or a read error) and every
+// request has been answered.
+
+// maxIdleReaders is how many readers may wait for requests at once: each
+// idle reader sits in read(2) on /dev/fuse, on a thread of its own.
+const maxIdleReaders = 4
+
+// readerPool counts the reader goroutines.
+type readerPool struct {
+	mu sync.Mutex
+	// idle counts the readers not serving a request; total all of them.
+	// GUARDED_BY(mu)
+	idle, total int
+	// err is the first read error other than the end of the connection.
+	// GUARDED_BY(mu)
+	err error
+	// stopped: a reader has seen the end (or an error); readers exit
+	// instead of reading on. GUARDED_BY(mu)
+	stopped bool
+	// done is closed when the last reader exits.
+	done chan struct{}
+}
+
+// readLoop is a reader: it reads a request, makes sure another reader is
+// idle, serves the request, and reads again.
+func (s *Server) readLoop() {
+	defer s.wg.Done()
+	p := &s.readers
 	for {
 		req, err := s.conn.ReadRequest()
+		p.mu.Lock()
 		if err != nil {
-			if err == io.EOF {
-				break
+			if err != io.EOF && p.err == nil {
+				p.err = err
 			}
-			return err
+			p.stopped = true
+			p.idle--
+			p.exitLocked()
+			p.mu.Unlock()
+			return
+		}
+		p.idle--
+		spawn := p.idle == 0 && !p.stopped
+		if spawn {
+			p.idle++
+			p.total++
+			s.wg.Add(1)
+		}
+		p.mu.Unlock()
+		if spawn {
+			go s.readLoop()
 		}
 
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.serve(req)
-		}()
+		s.serve(req)
+
+		p.mu.Lock()
+		if p.stopped || p.idle >= maxIdleReaders {
+			p.exitLocked()
+			p.mu.Unlock()
+			return
+		}
+		p.idle++
+		p.mu.Unlock()
 	}
-	return nil
+}
+
+// exitLocked counts a reader out.
+func (p *readerPool) exitLocked() {
+	p.total--
+	if p.total == 0 {
+		close(p.done)
+	}
 }
 
 // Serve serves a FUSE connection with the default settings. See
