@@ -122,7 +122,11 @@ func TestUnknownRecordIsDroppedWhenAsked(t *testing.T) {
 // record within about a poll of its release.
 func TestHeldRecordsListWantsSlowly(t *testing.T) {
 	emu := gcstest.Start(t)
-	a := newBackend(t, emu, func(c *gcsbackend.Config) { c.WantPoll = 100 * time.Millisecond; c.TTL = 6 * time.Second; c.RefreshInterval = 2 * time.Second })
+	a := newBackend(t, emu, func(c *gcsbackend.Config) {
+		c.WantPoll = 100 * time.Millisecond
+		c.TTL = 6 * time.Second
+		c.RefreshInterval = 2 * time.Second
+	})
 	c := newBackend(t, emu, nil)
 	ctx := ctxT(t, 60*time.Second)
 	held, err := a.Claim(ctx, dirLock("held"), lockmgr.Exclusive, false)
