@@ -43,12 +43,12 @@ func (n *node) Attr(ctx context.Context, a *fuse.Attr) error {
 }
 
 // fillAttr fills a from st, the backing inode's attributes, and records
-// which version of a regular file the kernel may now cache (cache.go).
+// that the kernel is given them (and, for a regular file, which version
+// it may now cache): cache.go. Every answer that carries a node's
+// attributes, an entry's included, comes through here.
 func (n *node) fillAttr(st *inodeStat, a *fuse.Attr) {
 	fillAttr(st, a)
-	if n.ftype == unix.S_IFREG {
-		n.noteAttr(st)
-	}
+	n.noteGiven(st, n.ftype == unix.S_IFREG)
 }
 
 // Attributes of a new entry. bazil answers a request that returns a node

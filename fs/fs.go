@@ -151,6 +151,10 @@ type FS struct {
 	// server is the bazil server serving the mount, set by Serve: the
 	// kernel's caches are invalidated through it (cache.go).
 	server atomic.Pointer[fusefs.Server]
+	// given counts the answers that gave the kernel a node's attributes
+	// or a name for it: each takes the next value (node.givenGen), for
+	// the directory lock's revalidation (cache.go).
+	given atomic.Uint64
 
 	// nodesMu guards nodes.
 	nodesMu sync.Mutex

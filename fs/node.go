@@ -75,6 +75,13 @@ type node struct {
 	// given to the kernel, which may keep them fileAttrValid.
 	// GUARDED_BY(mu)
 	attrVer fileVersion
+	// givenGen is the FS.given value of the last answer that gave the
+	// kernel n's attributes or a name for n (fillAttr). GUARDED_BY(mu)
+	givenGen uint64
+	// revalGens are, for a directory, the FS.given values at the start
+	// of its last two revalidations, older first (cache.go).
+	// GUARDED_BY(mu)
+	revalGens [2]uint64
 	// twin is a shared-memory file's copy of the kernel's cached pages
 	// (shm.go), made on first use. GUARDED_BY(mu)
 	twin *shmTwin
