@@ -957,6 +957,20 @@ func (c *Conn) ReadRequest() (Request, error) {
 		}
 		req = r
 
+	case opReadDirPlus:
+		in := (*readIn)(m.data())
+		if m.len() < readInSize(c.proto) {
+			goto corrupt
+		}
+		req = &ReadDirPlusRequest{
+			Header:    m.Header(),
+			Handle:    HandleID(in.Fh),
+			Offset:    int64(in.Offset),
+			Size:      int(in.Size),
+			LockOwner: LockOwner(in.LockOwner),
+			FileFlags: openFlags(in.Flags),
+		}
+
 	case opWrite:
 		in := (*writeIn)(m.data())
 		if m.len() < writeInSize(c.proto) {
@@ -2379,6 +2393,107 @@ func AppendDirent(data []byte, dir Dirent) []byte {
 		data = append(data, pad[:8-n%8]...)
 	}
 	return data
+}
+
+// DirentSize is how many bytes AppendDirentAt adds for an entry named
+// name: a fuse_dirent and the name, padded to 8 bytes.
+func DirentSize(name string) int {
+	return direntSize + (len(name)+7)&^7
+}
+
+// AppendDirentAt appends the encoded form of a directory entry to data,
+// with next as the offset the kernel asks for to read on after it
+// (AppendDirent uses the byte offset of the entry's end instead).
+func AppendDirentAt(data []byte, dir Dirent, next uint64) []byte {
+	de := dirent{
+		Ino:     dir.Inode,
+		Off:     next,
+		Namelen: uint32(len(dir.Name)),
+		Type:    uint32(dir.Type),
+	}
+	data = append(data, (*[direntSize]byte)(unsafe.Pointer(&de))[:]...)
+	data = append(data, dir.Name...)
+	var pad [8]byte
+	return append(data, pad[:DirentSize(dir.Name)-direntSize-len(dir.Name)]...)
+}
+
+// direntPlusEntrySize is the fuse_entry_out that leads each entry of a
+// READDIRPLUS reply (READDIRPLUS is 7.21 on, so always the full struct).
+const direntPlusEntrySize = int(unsafe.Sizeof(entryOut{}))
+
+// DirentPlusSize is how many bytes AppendDirentPlus adds for an entry
+// named name: a fuse_entry_out, a fuse_dirent and the name, padded to
+// 8 bytes (struct fuse_direntplus).
+func DirentPlusSize(name string) int {
+	return direntPlusEntrySize + DirentSize(name)
+}
+
+// AppendDirentPlus appends a READDIRPLUS entry to data: entry, the lookup
+// answer for the name, then the directory entry as AppendDirentAt
+// encodes it. The kernel links an entry whose entry.Node is not 0 into
+// its cache as a LOOKUP's answer would, which counts as one lookup of the
+// node (FORGET gives it back); an entry with Node 0 is listed only, and
+// "." and ".." are never linked, whatever they carry.
+func AppendDirentPlus(data []byte, dir Dirent, next uint64, entry *LookupResponse) []byte {
+	var out entryOut
+	out.Nodeid = uint64(entry.Node)
+	out.Generation = entry.Generation
+	out.EntryValid = uint64(entry.EntryValid / time.Second)
+	out.EntryValidNsec = uint32(entry.EntryValid % time.Second / time.Nanosecond)
+	out.AttrValid = uint64(entry.Attr.Valid / time.Second)
+	out.AttrValidNsec = uint32(entry.Attr.Valid % time.Second / time.Nanosecond)
+	if entry.Node != 0 {
+		entry.Attr.attr(&out.Attr, Protocol{protoVersionMaxMajor, protoVersionMaxMinor})
+	}
+	data = append(data, (*[direntPlusEntrySize]byte)(unsafe.Pointer(&out))[:]...)
+	return AppendDirentAt(data, dir, next)
+}
+
+// A ReadDirPlusRequest asks to read directory entries with the attributes
+// of each (FUSE_READDIRPLUS), as if each name were looked up too. The
+// kernel sends it instead of a directory read when the mount asked for
+// ReadDirPlus.
+type ReadDirPlusRequest struct {
+	Header    `json:"-"`
+	Handle    HandleID
+	Offset    int64
+	Size      int
+	LockOwner LockOwner
+	FileFlags OpenFlags
+}
+
+var _ Request = (*ReadDirPlusRequest)(nil)
+
+func (r *ReadDirPlusRequest) String() string {
+	return fmt.Sprintf("ReadDirPlus [%s] %v %d @%#x", &r.Header, r.Handle, r.Size, r.Offset)
+}
+
+// Respond replies with resp.Data, entries encoded by AppendDirentPlus, at
+// most r.Size bytes of them.
+func (r *ReadDirPlusRequest) Respond(resp *ReadDirPlusResponse) {
+	hdr := newBuffer(0)
+	out := (*outHeader)(unsafe.Pointer(&hdr[0]))
+	out.Unique = uint64(r.ID)
+	out.Len = uint32(len(hdr) + len(resp.Data))
+	if err := r.Conn.writevToKernel(hdr, resp.Data); err != nil {
+		Debug(bugKernelWriteError{
+			Error: errorString(err),
+			Stack: stack(),
+		})
+	}
+	putMessage(r.msg)
+}
+
+// A ReadDirPlusResponse is the response to a ReadDirPlusRequest.
+type ReadDirPlusResponse struct {
+	Data []byte
+	// Entries is how many entries Data holds, and Linked how many of
+	// them carry a node (for logs).
+	Entries, Linked int
+}
+
+func (r *ReadDirPlusResponse) String() string {
+	return fmt.Sprintf("ReadDirPlus %d bytes, %d entries, %d linked", len(r.Data), r.Entries, r.Linked)
 }
 
 // A WriteRequest asks to write to an open file.

@@ -268,3 +268,26 @@ func Passthrough(maxStackDepth uint32) MountOption {
 		return nil
 	}
 }
+
+// ReadDirPlus asks the kernel for FUSE_READDIRPLUS: directory reads that
+// carry every entry's lookup answer (node and attributes), so that a
+// listing followed by a stat of each name (ls -l, du, tar, rsync, find
+// with tests on attributes) costs no LOOKUP per name. With auto false
+// (FUSE_DO_READDIRPLUS) every directory read is one; with auto true
+// (FUSE_READDIRPLUS_AUTO as well) only the first read of a listing and
+// those after a lookup in the directory are, the others being plain.
+//
+// Ask for it only when the file system's directory handles implement
+// fs.HandleReadDirPlusAller; the fs package answers a READDIRPLUS on a
+// handle that only implements HandleReadDirAller with entries without
+// nodes (the kernel then looks names up as without READDIRPLUS), and
+// fails it with ENOTSUP on a handle that implements neither.
+func ReadDirPlus(auto bool) MountOption {
+	return func(conf *mountConfig) error {
+		conf.initFlags |= InitDoReaddirplus
+		if auto {
+			conf.initFlags |= InitReaddirplusAuto
+		}
+		return nil
+	}
+}

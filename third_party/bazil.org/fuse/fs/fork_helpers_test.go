@@ -120,13 +120,19 @@ func (f *recFile) counts() (reads, writes []int) {
 // ends; cleanup unmounts (lazily if busy) and waits for Serve.
 func mountRec(t *testing.T, fsys fs.FS, opts ...fuse.MountOption) (*fuse.Conn, string) {
 	t.Helper()
+	return mountRecConfig(t, fsys, nil, opts...)
+}
+
+// mountRecConfig is mountRec with a server configuration.
+func mountRecConfig(t *testing.T, fsys fs.FS, cfg *fs.Config, opts ...fuse.MountOption) (*fuse.Conn, string) {
+	t.Helper()
 	dir := t.TempDir()
 	conn, err := fuse.Mount(dir, opts...)
 	if err != nil {
 		t.Fatalf("mount (needs root and /dev/fuse): %v", err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- fs.Serve(conn, fsys) }()
+	go func() { served <- fs.New(conn, cfg).Serve(fsys) }()
 	t.Cleanup(func() {
 		if err := fuse.Unmount(dir); err != nil {
 			if out, err := exec.Command("fusermount3", "-uz", dir).CombinedOutput(); err != nil {

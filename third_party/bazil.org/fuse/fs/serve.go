@@ -11,6 +11,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log"
+	"os"
 	"reflect"
 	"runtime"
 	"strings"
@@ -289,6 +290,27 @@ type HandleReadAller interface {
 
 type HandleReadDirAller interface {
 	ReadDirAll(ctx context.Context) ([]fuse.Dirent, error)
+}
+
+// HandleReadDirPlusAller is a directory handle that answers READDIRPLUS
+// (mount option fuse.ReadDirPlus): the listing is ReadDirAll's, read at
+// offset 0 as for a plain directory read, and each entry that fits in a
+// reply is looked up with LookupDirent, once, as it goes into the reply.
+//
+// The node LookupDirent returns is registered exactly as a Lookup's
+// answer (the same node ID for the same Node, one more lookup reference
+// per entry), so the kernel's FORGETs give back what each READDIRPLUS
+// entry took. An entry that does not fit is not looked up; "." and ".."
+// are never looked up (the kernel does not link them). A LookupDirent
+// error is no error of the listing: the entry goes out without a node,
+// and the kernel looks the name up itself when it needs it.
+type HandleReadDirPlusAller interface {
+	HandleReadDirAller
+	// LookupDirent looks up ent, an entry of the listing, as
+	// NodeRequestLookuper.Lookup looks up a name: resp comes with
+	// EntryValid set to the default, and the node's attributes are
+	// read with its Attr method, in the same context, as for a Lookup.
+	LookupDirent(ctx context.Context, ent fuse.Dirent, resp *fuse.LookupResponse) (Node, error)
 }
 
 type HandleReader interface {
@@ -668,6 +690,9 @@ func (sn *serveNode) attr(ctx context.Context, attr *fuse.Attr) error {
 type serveHandle struct {
 	handle   Handle
 	readData []byte
+	// dirents is a HandleReadDirAller's listing, read at offset 0; a
+	// directory read at offset i starts at dirents[i].
+	dirents []fuse.Dirent
 }
 
 func (c *Server) saveNode(inode uint64, node Node) (id fuse.NodeID, gen uint64) {
@@ -1471,6 +1496,19 @@ func (c *Server) handleRequest(ctx context.Context, node Node, snode *serveNode,
 		return nil
 
 	// Handle operations.
+	case *fuse.ReadDirPlusRequest:
+		shandle := c.getHandle(r.Handle)
+		if shandle == nil {
+			return syscall.ESTALE
+		}
+		s, err := c.readDirPlus(ctx, snode, shandle, r)
+		if err != nil {
+			return err
+		}
+		done(s)
+		r.Respond(s)
+		return nil
+
 	case *fuse.ReadRequest:
 		shandle := c.getHandle(r.Handle)
 		if shandle == nil {
@@ -1481,28 +1519,17 @@ func (c *Server) handleRequest(ctx context.Context, node Node, snode *serveNode,
 		s := &fuse.ReadResponse{}
 		if r.Dir {
 			if h, ok := handle.(HandleReadDirAller); ok {
-				// detect rewinddir(3) or similar seek and refresh
-				// contents
-				if r.Offset == 0 {
-					shandle.readData = nil
-				}
-
-				if shandle.readData == nil {
-					dirs, err := h.ReadDirAll(ctx)
-					if err != nil {
-						return err
-					}
-					var data []byte
-					for _, dir := range dirs {
-						if dir.Inode == 0 {
-							dir.Inode = c.dynamicInode(snode.inode, dir.Name)
-						}
-						data = fuse.AppendDirent(data, dir)
-					}
-					shandle.readData = data
+				ents, err := c.dirListing(ctx, snode, shandle, h, r.Offset)
+				if err != nil {
+					return err
 				}
 				s.Data = make([]byte, 0, r.Size)
-				fuseutil.HandleRead(r, s, shandle.readData)
+				for i, ent := range ents {
+					if len(s.Data)+fuse.DirentSize(ent.Name) > r.Size {
+						break
+					}
+					s.Data = fuse.AppendDirentAt(s.Data, ent, uint64(r.Offset)+uint64(i)+1)
+				}
 				done(s)
 				r.Respond(s)
 				return nil
@@ -1830,6 +1857,118 @@ func (c *Server) handleRequest(ctx context.Context, node Node, snode *serveNode,
 				return ENOSYS
 		*/
 	}
+}
+
+// dirListing returns the entries of h's listing from offset off (an
+// index into it), reading the listing anew at offset 0 (opendir, or
+// rewinddir(3)). Entries without an inode number get the dynamic one.
+func (c *Server) dirListing(ctx context.Context, snode *serveNode, shandle *serveHandle, h HandleReadDirAller, off int64) ([]fuse.Dirent, error) {
+	if off == 0 || shandle.dirents == nil {
+		dirs, err := h.ReadDirAll(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for i := range dirs {
+			if dirs[i].Inode == 0 {
+				dirs[i].Inode = c.dynamicInode(snode.inode, dirs[i].Name)
+			}
+		}
+		if dirs == nil {
+			dirs = []fuse.Dirent{}
+		}
+		shandle.dirents = dirs
+	}
+	if off < 0 || off >= int64(len(shandle.dirents)) {
+		return nil, nil
+	}
+	return shandle.dirents[off:], nil
+}
+
+// readDirPlus answers a READDIRPLUS: the entries of the listing from
+// r.Offset that fit in r.Size bytes, each with its lookup answer if the
+// handle gives one (HandleReadDirPlusAller). An entry is looked up, and
+// its node registered, only once it is known to fit: the kernel links
+// every entry of the reply, and none that is not in it.
+func (c *Server) readDirPlus(ctx context.Context, snode *serveNode, shandle *serveHandle, r *fuse.ReadDirPlusRequest) (*fuse.ReadDirPlusResponse, error) {
+	h, ok := shandle.handle.(HandleReadDirAller)
+	if !ok {
+		return nil, handleNotReaderError{handle: shandle.handle}
+	}
+	plus, _ := h.(HandleReadDirPlusAller)
+	ents, err := c.dirListing(ctx, snode, shandle, h, r.Offset)
+	if err != nil {
+		return nil, err
+	}
+	s := &fuse.ReadDirPlusResponse{Data: make([]byte, 0, r.Size)}
+	for i, ent := range ents {
+		if len(s.Data)+fuse.DirentPlusSize(ent.Name) > r.Size {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			// Interrupted: what is in the reply so far has been
+			// registered and must reach the kernel.
+			if s.Entries == 0 {
+				return nil, err
+			}
+			break
+		}
+		var entry fuse.LookupResponse
+		if plus != nil && ent.Name != "." && ent.Name != ".." {
+			c.lookupDirent(ctx, snode, plus, ent, &entry)
+		}
+		if entry.Node != 0 {
+			ent.Type = direntType(entry.Attr.Mode)
+			s.Linked++
+		}
+		s.Data = fuse.AppendDirentPlus(s.Data, ent, uint64(r.Offset)+uint64(i)+1, &entry)
+		s.Entries++
+	}
+	return s, nil
+}
+
+// lookupDirent fills entry with h's lookup answer for ent and registers
+// its node, as saveLookup does for a Lookup; on failure entry stays
+// without a node.
+func (c *Server) lookupDirent(ctx context.Context, snode *serveNode, h HandleReadDirPlusAller, ent fuse.Dirent, entry *fuse.LookupResponse) {
+	initLookupResponse(entry)
+	n2, err := h.LookupDirent(ctx, ent, entry)
+	if err == nil {
+		err = c.saveLookup(ctx, entry, snode, ent.Name, n2)
+	}
+	if err != nil {
+		c.debug(logDirentLookupError{Name: ent.Name, Error: err.Error()})
+		*entry = fuse.LookupResponse{}
+	}
+}
+
+// logDirentLookupError is a READDIRPLUS entry that went out without a
+// node because its lookup failed.
+type logDirentLookupError struct {
+	Name  string
+	Error string
+}
+
+func (m logDirentLookupError) String() string {
+	return fmt.Sprintf("readdirplus: %q goes without attributes: %s", m.Name, m.Error)
+}
+
+// direntType is the directory entry type of a file of mode m.
+func direntType(m os.FileMode) fuse.DirentType {
+	switch {
+	case m&os.ModeDir != 0:
+		return fuse.DT_Dir
+	case m&os.ModeSymlink != 0:
+		return fuse.DT_Link
+	case m&os.ModeNamedPipe != 0:
+		return fuse.DT_FIFO
+	case m&os.ModeSocket != 0:
+		return fuse.DT_Socket
+	case m&os.ModeCharDevice != 0:
+		return fuse.DT_Char
+	case m&os.ModeDevice != 0:
+		return fuse.DT_Block
+	}
+	return fuse.DT_File
 }
 
 func (c *Server) saveLookup(ctx context.Context, s *fuse.LookupResponse, snode *serveNode, elem string, n2 Node) error {
