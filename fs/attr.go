@@ -52,7 +52,8 @@ func (n *node) fillAttr(st *inodeStat, a *fuse.Attr) {
 }
 
 // Attributes of a new entry. bazil answers a request that returns a node
-// (lookup, create, mkdir, mknod, symlink, link) with that node's
+// (lookup, create, mkdir, mknod, symlink, link; readdirplus, once per
+// entry, one entry after the other) with that node's
 // attributes, which it gets by calling Attr with the request's context,
 // right after the handler has read them itself from the inode it returns.
 // For those requests the server's WithContext puts an empty entryAttr in
@@ -75,7 +76,8 @@ type entryAttr struct {
 func returnsEntry(req fuse.Request) bool {
 	switch req.(type) {
 	case *fuse.LookupRequest, *fuse.CreateRequest, *fuse.MkdirRequest,
-		*fuse.MknodRequest, *fuse.SymlinkRequest, *fuse.LinkRequest:
+		*fuse.MknodRequest, *fuse.SymlinkRequest, *fuse.LinkRequest,
+		*fuse.ReadDirPlusRequest:
 		return true
 	}
 	return false

@@ -57,7 +57,12 @@ func (d *Dir) at(fn func(dirFd int, dirSt *inodeStat) error) error {
 // Lookup finds name in d. The control names are the control files; the
 // backing names do not exist.
 func (d *Dir) Lookup(ctx context.Context, req *fuse.LookupRequest, resp *fuse.LookupResponse) (fusefs.Node, error) {
-	name := req.Name
+	return d.lookup(ctx, req.Name, -1, resp)
+}
+
+// lookup is Lookup of name, read in dirFd, a descriptor of d, or with
+// dirFd -1 in d opened by name.
+func (d *Dir) lookup(ctx context.Context, name string, dirFd int, resp *fuse.LookupResponse) (fusefs.Node, error) {
 	if kind, ok := controlKind(name); ok {
 		resp.EntryValid = entryValid
 		return d.fs.controlNode(d, kind), nil
@@ -69,9 +74,14 @@ func (d *Dir) Lookup(ctx context.Context, req *fuse.LookupRequest, resp *fuse.Lo
 		return nil, err
 	}
 	var st inodeStat
-	err := d.at(func(dirFd int, _ *inodeStat) error {
-		return lstatAt(dirFd, name, &st)
-	})
+	var err error
+	if dirFd >= 0 {
+		err = lstatAt(dirFd, name, &st)
+	} else {
+		err = d.at(func(fd int, _ *inodeStat) error {
+			return lstatAt(fd, name, &st)
+		})
+	}
 	if err != nil {
 		return nil, d.fs.fail("lookup", d.childPath(name), err)
 	}
@@ -105,6 +115,9 @@ func (d *Dir) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenRe
 	}
 	h := &dirHandle{d: d, of: &openFile{fd: fd, uid: req.Uid}}
 	d.addOpen(h.of)
+	if d.fs.cfg.ReadDirPlus {
+		return dirPlusHandle{h}, nil
+	}
 	return h, nil
 }
 
@@ -152,6 +165,26 @@ func (h *dirHandle) ReadDirAll(ctx context.Context) ([]fuse.Dirent, error) {
 		out = append(out, fuse.Dirent{Name: name, Type: fuse.DT_File, Inode: controlInode(h.d.key, kind)})
 	}
 	return out, nil
+}
+
+// dirPlusHandle is an open directory that answers READDIRPLUS
+// (Config.ReadDirPlus): each entry of a listing carries what a lookup of
+// its name would answer, so that a walk that stats what it lists (ls -l,
+// du, tar, rsync) costs no LOOKUP per name. bazil registers the node each
+// entry returns as it registers a Lookup's, one kernel reference per
+// entry sent, and the kernel gives them back with FORGET as for lookups.
+type dirPlusHandle struct {
+	*dirHandle
+}
+
+var _ fusefs.HandleReadDirPlusAller = dirPlusHandle{}
+
+// LookupDirent looks ent up as Lookup would (control files included, with
+// Config.ListControlFiles), in the directory the handle has open and
+// listed: one statx per entry, the node from the node table (a hard link
+// is the node its other names have).
+func (h dirPlusHandle) LookupDirent(ctx context.Context, ent fuse.Dirent, resp *fuse.LookupResponse) (fusefs.Node, error) {
+	return h.d.lookup(ctx, ent.Name, h.of.fd, resp)
 }
 
 // getdents calls fn with each batch of linux_dirent64 records of the

@@ -37,6 +37,10 @@ type Config struct {
 	// the kernel and the daemon's privileges allow (passthrough.go); mount
 	// with PassthroughOption too.
 	Passthrough bool
+	// ReadDirPlus answers directory reads with every entry's attributes
+	// (FUSE_READDIRPLUS; dir.go), so that walks that stat what they list
+	// cost no lookup per name; mount with ReadDirPlusOption too.
+	ReadDirPlus bool
 	// ListControlFiles makes readdir list the control files of every
 	// directory. By default they are found by name only (SPEC §1).
 	ListControlFiles bool
@@ -327,6 +331,16 @@ func MountOptions(fsname string, allowOther bool) []fuse.MountOption {
 		opts = append(opts, fuse.AllowOther())
 	}
 	return opts
+}
+
+// ReadDirPlusOption asks the kernel for READDIRPLUS on every directory
+// read (not the adaptive FUSE_READDIRPLUS_AUTO, which reads plainly past
+// the first batch of a listing unless a lookup came in between: a tree
+// walk that lists a directory whole before it stats its entries, as du
+// and tar do, would then look most names up one by one). For mounts of
+// an FS with Config.ReadDirPlus.
+func ReadDirPlusOption() fuse.MountOption {
+	return fuse.ReadDirPlus(false)
 }
 
 // errnoOf returns the errno an error stands for, EIO if none.

@@ -143,7 +143,7 @@ func newPTMountAt(t testing.TB, src, mnt string, opts ...func(*Config)) *ptMount
 		be.Close()
 		t.Fatal(err)
 	}
-	cfg := Config{Source: src, Logger: log, Engine: eng, Passthrough: ptTestPassthrough.Load()}
+	cfg := Config{Source: src, Logger: log, Engine: eng, Passthrough: ptTestPassthrough.Load(), ReadDirPlus: true}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -155,6 +155,9 @@ func newPTMountAt(t testing.TB, src, mnt string, opts ...func(*Config)) *ptMount
 	mopts := MountOptions("lockfs-test", true)
 	if cfg.Passthrough {
 		mopts = append(mopts, PassthroughOption(src))
+	}
+	if cfg.ReadDirPlus {
+		mopts = append(mopts, ReadDirPlusOption())
 	}
 	conn, err := fuse.Mount(mnt, mopts...)
 	if err != nil {

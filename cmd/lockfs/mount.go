@@ -78,6 +78,7 @@ type mountFlags struct {
 	slowWait    time.Duration
 	readaheadKB int
 	passthrough string
+	readdirplus string
 	listCtl     bool
 	maxOpen     int
 	keepShared  time.Duration
@@ -98,6 +99,7 @@ func addMountFlags(fs *pflag.FlagSet, mf *mountFlags) {
 	durationVarP(fs, &mf.slowWait, "log-wait-over", "", time.Second, "log waits longer than this: when they pass it, every minute while they last (naming who is in the way), and at the grant (0: never)")
 	fs.IntVar(&mf.readaheadKB, "readahead-kb", defaultReadaheadKB, "kernel readahead of the mount in KiB, for sequential reads (FUSE's default is 128; 0: leave it; needs root)")
 	fs.StringVar(&mf.passthrough, "passthrough", "auto", "FUSE passthrough of regular files' reads, writes and mmap: auto (where the kernel and CAP_SYS_ADMIN allow) or off")
+	fs.StringVar(&mf.readdirplus, "readdirplus", "on", "directory reads carry every entry's attributes (FUSE READDIRPLUS), so ls -l, du, tar and rsync need no lookup per name: on or off")
 	fs.BoolVar(&mf.listCtl, "list-control-files", false, "list .lock, .lock_newdir and .lock_usage in readdir (by default they are found by name only)")
 	durationVarP(fs, &mf.keepShared, "keep-shared-locks", "", localbackend.DefaultKeepShared, "local backend: keep a released shared flock (an ancestor's) this long, so the next lock needs no system call; programs locking SOURCE directly wait at most this long for it (0: off; at most 1m)")
 	fs.IntVar(&mf.maxOpen, "max-open-per-uid", -1, "files and directories one user may hold open through the mount (EMFILE beyond; -1: a quarter of the daemon's descriptor limit; 0: no cap)")
@@ -146,6 +148,9 @@ func runMount(mf mountFlags, source, mountpoint string, stderr io.Writer) error 
 	}
 	if mf.passthrough != "auto" && mf.passthrough != "off" {
 		return usagef("--passthrough %q: want auto or off", mf.passthrough)
+	}
+	if mf.readdirplus != "on" && mf.readdirplus != "off" {
+		return usagef("--readdirplus %q: want on or off", mf.readdirplus)
 	}
 	if mf.readaheadKB < 0 {
 		return usagef("--readahead-kb %d: want 0 (leave the kernel's) or a size in KiB", mf.readaheadKB)
@@ -282,7 +287,7 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 	}
 	f, err := fs.New(fs.Config{Source: paths.source, Engine: engine, Logger: log, Host: host, ObserveOp: m.FUSEOp,
 		ListControlFiles: mf.listCtl, MaxOpenPerUID: maxOpenPerUID(mf.maxOpen, raiseNofile(log)), Observer: m, KeepCacheUnsafe: keepCache,
-		Passthrough: mf.passthrough == "auto"})
+		Passthrough: mf.passthrough == "auto", ReadDirPlus: mf.readdirplus == "on"})
 	if err != nil {
 		return nil, err
 	}
@@ -290,6 +295,9 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 	mopts := fs.MountOptions(fsName(paths.source), mf.allowOther)
 	if mf.passthrough == "auto" {
 		mopts = append(mopts, fs.PassthroughOption(paths.source))
+	}
+	if mf.readdirplus == "on" {
+		mopts = append(mopts, fs.ReadDirPlusOption())
 	}
 	m.RegisterPassthrough(func() bool { on, _ := f.PassthroughState(); return on })
 	conn, err := fuse.Mount(paths.mountpoint, mopts...)
