@@ -101,8 +101,7 @@ func (t *interruptTracker) withContext(ctx context.Context, req fuse.Request) co
 }
 
 // track registers request id and returns its cancellable context. The
-// entry goes away when the context ends, whether by interrupt or because
-// the request was answered.
+// entry goes away when the request has been served (finish).
 func (t *interruptTracker) track(ctx context.Context, id fuse.RequestID) context.Context {
 	ctx, cancel := context.WithCancel(ctx)
 	tr := &trackedRequest{cancel: cancel}
@@ -118,16 +117,26 @@ func (t *interruptTracker) track(ctx context.Context, id fuse.RequestID) context
 
 	if interrupted {
 		cancel()
-		return ctx
 	}
-	context.AfterFunc(ctx, func() {
-		t.mu.Lock()
-		if t.active[id] == tr {
-			delete(t.active, id)
-		}
-		t.mu.Unlock()
-	})
 	return ctx
+}
+
+// finish is fusefs.Config.Finish: bazil calls it on the request's own
+// goroutine once the request has been answered. It drops a registered
+// request's entry. (A context.AfterFunc on the request's context did so
+// before, and started a goroutine per lock request.)
+func (t *interruptTracker) finish(req fuse.Request) {
+	if !mayBlock(req) {
+		return
+	}
+	id := req.Hdr().ID
+	t.mu.Lock()
+	tr := t.active[id]
+	delete(t.active, id)
+	t.mu.Unlock()
+	if tr != nil {
+		tr.cancel()
+	}
 }
 
 // interrupt cancels request id, or remembers the interrupt until it
@@ -176,27 +185,38 @@ func (t *interruptTracker) counts() (active, pending int) {
 
 // ServerConfig returns the bazil server configuration this file system
 // needs: pass it to fusefs.New. It installs the interrupt tracker and the
-// entry attributes (attr.go).
+// entry attributes (attr.go), and times requests for Config.ObserveOp.
+// Both end in Finish, which bazil calls on the request's goroutine once
+// the request has been answered.
 func (f *FS) ServerConfig() *fusefs.Config {
-	interrupts := f.ctl.interrupts.withContext
+	interrupts := f.ctl.interrupts
 	track := func(ctx context.Context, req fuse.Request) context.Context {
-		return interrupts(withEntryAttr(ctx, req), req)
+		return interrupts.withContext(withEntryAttr(ctx, req), req)
 	}
 	observe := f.cfg.ObserveOp
 	if observe == nil {
-		return &fusefs.Config{WithContext: track}
+		return &fusefs.Config{WithContext: track, Finish: func(_ context.Context, req fuse.Request) {
+			interrupts.finish(req)
+		}}
 	}
-	return &fusefs.Config{WithContext: func(ctx context.Context, req fuse.Request) context.Context {
-		// bazil cancels ctx when the request has been answered: time it
-		// from here to there.
-		if _, ok := req.(*fuse.InterruptRequest); !ok {
-			start := time.Now()
-			op := opName(req)
-			context.AfterFunc(ctx, func() { observe(op, time.Since(start)) })
-		}
-		return track(ctx, req)
-	}}
+	return &fusefs.Config{
+		WithContext: func(ctx context.Context, req fuse.Request) context.Context {
+			if _, ok := req.(*fuse.InterruptRequest); !ok {
+				ctx = context.WithValue(ctx, opStartKey{}, time.Now())
+			}
+			return track(ctx, req)
+		},
+		Finish: func(ctx context.Context, req fuse.Request) {
+			interrupts.finish(req)
+			if start, ok := ctx.Value(opStartKey{}).(time.Time); ok {
+				observe(opName(req), time.Since(start))
+			}
+		},
+	}
 }
+
+// opStartKey is the context key of when a request began to be served.
+type opStartKey struct{}
 
 // opName names a request's operation for metrics: "*fuse.LookupRequest"
 // is "lookup".

@@ -19,8 +19,7 @@ func interruptOf(id fuse.RequestID) *fuse.InterruptRequest {
 }
 
 // waitCounts polls until the tracker holds the given numbers of registered
-// requests and pending interrupts: unregistering runs in a goroutine of its
-// own (context.AfterFunc).
+// requests and pending interrupts.
 func waitCounts(t *testing.T, tr *interruptTracker, active, pending int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -56,6 +55,7 @@ func TestInterruptAfterRequest(t *testing.T) {
 	if parent.Err() != nil {
 		t.Fatal("the interrupt cancelled the parent context")
 	}
+	tr.finish(lockWait(10)) // bazil, once the interrupted request is answered
 	waitCounts(t, tr, 0, 1) // request 10 gone; the interrupt for 11 waits
 }
 
@@ -76,14 +76,27 @@ func TestInterruptBeforeRequest(t *testing.T) {
 	waitCounts(t, tr, 1, 0) // 21 still registered; the pending interrupt consumed
 }
 
+// TestInterruptUnregisterWhenAnswered: a registered request's entry goes
+// when bazil calls Finish for it, on the request's goroutine, and its
+// context ends. Control: another request's Finish, and a read's, leave the
+// entry.
 func TestInterruptUnregisterWhenAnswered(t *testing.T) {
 	tr := newInterruptTracker(nil)
-	parent, answered := context.WithCancel(context.Background())
-	ctx := tr.withContext(parent, &fuse.LockRequest{Header: fuse.Header{ID: 30}})
+	req := &fuse.LockRequest{Header: fuse.Header{ID: 30}}
+	ctx := tr.withContext(context.Background(), req)
 	waitCounts(t, tr, 1, 0)
-	answered() // bazil cancels the request's context once it is answered
-	<-ctx.Done()
-	waitCounts(t, tr, 0, 0)
+	tr.finish(&fuse.LockRequest{Header: fuse.Header{ID: 31}})
+	tr.finish(&fuse.ReadRequest{Header: fuse.Header{ID: 30}})
+	if a, _ := tr.counts(); a != 1 || ctx.Err() != nil {
+		t.Fatalf("after other requests finished: %d registered, context %v; want 1, live", a, ctx.Err())
+	}
+	tr.finish(req) // bazil, once the request is answered
+	if a, _ := tr.counts(); a != 0 {
+		t.Fatalf("%d requests registered after Finish, want 0", a)
+	}
+	if ctx.Err() == nil {
+		t.Fatal("a finished request's context is still live")
+	}
 	// A late interrupt finds nothing and is remembered, harmlessly.
 	tr.withContext(context.Background(), interruptOf(30))
 	waitCounts(t, tr, 0, 1)
@@ -123,16 +136,20 @@ func TestPendingInterruptsBoundedAndExpire(t *testing.T) {
 // the delay, as it would have run late.
 func delayLockWaits(delay time.Duration, track bool) func(*FS) *fusefs.Config {
 	return func(f *FS) *fusefs.Config {
-		inner := f.ServerConfig().WithContext
-		return &fusefs.Config{WithContext: func(ctx context.Context, req fuse.Request) context.Context {
+		inner := f.ServerConfig()
+		cfg := &fusefs.Config{WithContext: func(ctx context.Context, req fuse.Request) context.Context {
 			if _, ok := req.(*fuse.LockWaitRequest); ok {
 				time.Sleep(delay)
 			}
 			if track {
-				return inner(ctx, req)
+				return inner.WithContext(ctx, req)
 			}
 			return ctx
 		}}
+		if track {
+			cfg.Finish = inner.Finish
+		}
+		return cfg
 	}
 }
 

@@ -456,6 +456,16 @@ type Config struct {
 	//
 	// Must not retain req.
 	WithContext func(ctx context.Context, req fuse.Request) context.Context
+
+	// Finish, if set, is called once for every request that WithContext
+	// was called for, on the goroutine that served it, after its response
+	// was written (or it was dropped), with the context WithContext
+	// returned, before that context is cancelled. It replaces a
+	// context.AfterFunc on the request's context, which would start a
+	// goroutine per request. (A change of the fork: PATCHES.md.)
+	//
+	// Must not retain req.
+	Finish func(ctx context.Context, req fuse.Request)
 }
 
 // New returns a new FUSE server ready to serve this kernel FUSE
@@ -473,6 +483,7 @@ func New(conn *fuse.Conn, config *Config) *Server {
 	if config != nil {
 		s.debug = config.Debug
 		s.context = config.WithContext
+		s.finish = config.Finish
 	}
 	if s.debug == nil {
 		s.debug = fuse.Debug
@@ -485,6 +496,7 @@ type Server struct {
 	conn    *fuse.Conn
 	debug   func(msg interface{})
 	context func(ctx context.Context, req fuse.Request) context.Context
+	finish  func(ctx context.Context, req fuse.Request)
 
 	// set once at Serve time
 	fs           FS
@@ -1049,6 +1061,9 @@ func (c *Server) serve(r fuse.Request) {
 	parentCtx := ctx
 	if c.context != nil {
 		ctx = c.context(ctx, r)
+	}
+	if c.finish != nil {
+		defer c.finish(ctx, r) // after the response, before cancel
 	}
 
 	req := &serveRequest{Request: r, cancel: cancel}
