@@ -126,13 +126,21 @@ func mountRec(t *testing.T, fsys fs.FS, opts ...fuse.MountOption) (*fuse.Conn, s
 // mountRecConfig is mountRec with a server configuration.
 func mountRecConfig(t *testing.T, fsys fs.FS, cfg *fs.Config, opts ...fuse.MountOption) (*fuse.Conn, string) {
 	t.Helper()
+	_, conn, dir := mountRecServer(t, fsys, cfg, opts...)
+	return conn, dir
+}
+
+// mountRecServer is mountRecConfig that returns the server too.
+func mountRecServer(t *testing.T, fsys fs.FS, cfg *fs.Config, opts ...fuse.MountOption) (*fs.Server, *fuse.Conn, string) {
+	t.Helper()
 	dir := t.TempDir()
 	conn, err := fuse.Mount(dir, opts...)
 	if err != nil {
 		t.Fatalf("mount (needs root and /dev/fuse): %v", err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- fs.New(conn, cfg).Serve(fsys) }()
+	srv := fs.New(conn, cfg)
+	go func() { served <- srv.Serve(fsys) }()
 	t.Cleanup(func() {
 		if err := fuse.Unmount(dir); err != nil {
 			if out, err := exec.Command("fusermount3", "-uz", dir).CombinedOutput(); err != nil {
@@ -149,5 +157,5 @@ func mountRecConfig(t *testing.T, fsys fs.FS, cfg *fs.Config, opts ...fuse.Mount
 		}
 		conn.Close()
 	})
-	return conn, dir
+	return srv, conn, dir
 }

@@ -315,3 +315,23 @@ func TestReadDirPlusForget(t *testing.T) {
 		t.Errorf("%d Forget calls, want %d (one per node)", forgets, plusFiles)
 	}
 }
+
+// TestNodeRefShrinksAfterForget: once the kernel has forgotten a walk's
+// 3000 nodes, the server's map from nodes to IDs is made anew at a small
+// size (a Go map keeps its peak's buckets; this one held 3001 entries).
+func TestNodeRefShrinksAfterForget(t *testing.T) {
+	const files = 3000
+	p := newPlusFS(files, true)
+	srv, _, dir := mountRecServer(t, p, nil, fuse.ReadDirPlus(false))
+	walkPlus(t, p, dir)
+	if n, peak := fs.NodeRefSizes(srv); n != files+1 || peak != files+1 {
+		t.Fatalf("after the walk: %d nodes, peak %d; want %d", n, peak, files+1)
+	}
+	dropCaches(t)
+	if live := waitLive(p, 0); live != 0 {
+		t.Fatalf("%d nodes never forgotten", live)
+	}
+	if n, peak := fs.NodeRefSizes(srv); n != 1 || peak >= files/4 {
+		t.Errorf("after drop_caches: %d nodes, peak %d; want the root alone in a map made anew (peak below %d)", n, peak, files/4)
+	}
+}

@@ -511,6 +511,9 @@ type Server struct {
 	freeNode   []fuse.NodeID
 	freeHandle []fuse.HandleID
 	nodeGen    uint64
+	// nodeRefPeak is the most entries nodeRef has held since it was
+	// last made anew (shrinkNodes).
+	nodeRefPeak int
 
 	// pending notify upcalls to kernel
 	notifyMu   sync.Mutex
@@ -729,7 +732,31 @@ func (c *Server) saveNode(inode uint64, node Node) (id fuse.NodeID, gen uint64) 
 	}
 	sn.generation = c.nodeGen
 	c.nodeRef[node] = id
+	c.nodeRefPeak = max(c.nodeRefPeak, len(c.nodeRef))
 	return id, sn.generation
+}
+
+// shrinkNodesMin is the map size below which shrinkNodes leaves nodeRef
+// alone.
+const shrinkNodesMin = 1024
+
+// shrinkNodes gives back the memory of nodeRef once the kernel has
+// forgotten most of the nodes it held (a tree walk, then memory pressure
+// or drop_caches): a Go map keeps the buckets of its peak size, about 30
+// bytes per entry, so when nodeRef holds less than a quarter of its peak
+// it is copied into a map of its size. Each copy costs O(entries), and
+// the next one needs the map to shrink fourfold again. Call with meta
+// held.
+func (c *Server) shrinkNodes() {
+	if c.nodeRefPeak < shrinkNodesMin || len(c.nodeRef) >= c.nodeRefPeak/4 {
+		return
+	}
+	ref := make(map[Node]fuse.NodeID, len(c.nodeRef))
+	for n, id := range c.nodeRef {
+		ref[n] = id
+	}
+	c.nodeRef = ref
+	c.nodeRefPeak = len(ref)
 }
 
 func (c *Server) saveHandle(handle Handle) (id fuse.HandleID) {
@@ -787,6 +814,7 @@ func (c *Server) dropNode(id fuse.NodeID, n uint64) (node Node, forget bool) {
 		c.node[id] = nil
 		delete(c.nodeRef, snode.node)
 		c.freeNode = append(c.freeNode, id)
+		c.shrinkNodes()
 		return snode.node, true
 	}
 	return nil, false
