@@ -117,11 +117,26 @@ func (t *fakeTree) Descriptors(ino uint64, known func(pid int) bool) ([][]ProcID
 		}
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i].id < ds[j].id })
+	// As ProcTree.Descriptors: a known process with one descriptor of
+	// the file is a group of its own, without comparing descriptions.
+	perPID := map[int]int{}
+	for _, d := range ds {
+		for pid := range t.fds[d] {
+			perPID[pid]++
+		}
+	}
 	var out [][]ProcID
 	for _, d := range ds {
 		var g []ProcID
 		for pid := range t.fds[d] {
+			if known != nil && perPID[pid] == 1 && known(pid) {
+				out = append(out, []ProcID{{PID: pid, Start: 1}})
+				continue
+			}
 			g = append(g, ProcID{PID: pid, Start: 1})
+		}
+		if len(g) == 0 {
+			continue
 		}
 		sort.Slice(g, func(i, j int) bool { return g[i].PID < g[j].PID })
 		out = append(out, g)

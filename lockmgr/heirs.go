@@ -323,7 +323,14 @@ func (e *Engine) setHeirsLocked(h *hold, heirs []ProcID) {
 }
 
 // othersLocked returns the processes known to hold or wait for h's lock
-// through another open file description than h's.
+// through another open file description of h's control file (h.ino): the
+// one descriptor of that file such a process has is that other
+// description. A process that holds h's lock through a descriptor of
+// another control file (an ancestor's hold taken for a lock below) says
+// nothing about its descriptors of h's: a child of a shell that holds
+// a/.lock through exec 8> inherits descriptor 8 and locks a/b/.lock, which
+// holds a shared; counting it made descriptor 8 two groups, so the shell's
+// hold on a found no heir and refused the child.
 func (e *Engine) othersLocked(h *hold) map[ProcID]bool {
 	others := map[ProcID]bool{}
 	ls := e.locks[h.id]
@@ -331,12 +338,12 @@ func (e *Engine) othersLocked(h *hold) map[ProcID]bool {
 		return others
 	}
 	for _, o := range ls.holds {
-		if o != h && o.owner.Class == OwnerFile && len(o.lineage) > 0 && !e.exitedLocked(o.lineage[0]) {
+		if o != h && o.ino == h.ino && o.owner.Class == OwnerFile && len(o.lineage) > 0 && !e.exitedLocked(o.lineage[0]) {
 			others[o.lineage[0]] = true
 		}
 	}
 	for q := ls.head; q != nil; q = q.next {
-		if q.rc.req.Owner != h.owner && q.rc.req.Owner.Class == OwnerFile && len(q.rc.lineage) > 0 {
+		if q.rc.req.Owner != h.owner && q.rc.req.Ino == h.ino && q.rc.req.Owner.Class == OwnerFile && len(q.rc.lineage) > 0 {
 			others[q.rc.lineage[0]] = true
 		}
 	}
