@@ -142,6 +142,7 @@ func newCtlMountAt(t *testing.T, src string, config func(*FS) *fusefs.Config) *c
 			t.Errorf("close: %v", err)
 		}
 	})
+	pollProbe(t, src, dir)
 	return &ctlMount{t: t, src: src, dir: dir, eng: eng, fs: fsys}
 }
 
