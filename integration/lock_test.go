@@ -66,7 +66,9 @@ func TestLockThroughMount(t *testing.T) {
 			t.Errorf("lockfs lock -v does not say who holds the lock (flock, pid %d): %q", h.pid(), r.stderr)
 		}
 		h.kill()
-		// Control: the same commands get the lock once it is free.
+		// Control: the same commands get the lock once it is free (the
+		// kernel sends the dead holder's RELEASE in the background).
+		freeEventually(t, "a after flock(1) ended", m.path("a/.lock"))
 		expectCode(t, "lockfs lock -n once free", lockRun(t, "-n", dir, "true"), 0)
 		expectCode(t, "lockfs lock -w 1 once free", lockRun(t, "-w", "1", dir, "true"), 0)
 	})
@@ -90,6 +92,7 @@ sys.stdin.read()`, m.path("a/.lock"))
 		py.waitLine("held", 15*time.Second)
 		expectCode(t, "lockfs lock -n while python holds", lockRun(t, "-n", dir, "true"), 1)
 		py.kill()
+		freeEventually(t, "a after python ended", m.path("a/.lock"))
 		expectCode(t, "lockfs lock -n after python ended (control)", lockRun(t, "-n", dir, "true"), 0)
 
 		p, _ := underLock(t, dir)
@@ -223,6 +226,7 @@ func TestLockSource(t *testing.T) {
 			h := holder(t, tc.holds)
 			expectCode(t, "lockfs lock -n --source "+tc.want+" while "+tc.what, lockRun(t, noMount("-n", tc.want, "true")...), 1)
 			h.kill()
+			freeEventually(t, tc.holds+" after its holder ended", tc.holds)
 			expectCode(t, "lockfs lock -n --source "+tc.want+" after: "+tc.what+" (control)", lockRun(t, noMount("-n", tc.want, "true")...), 0)
 		}
 	})
