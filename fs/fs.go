@@ -281,8 +281,7 @@ func (f *FS) closeOpenHandles() {
 		nodes = append(nodes, pn.base())
 	}
 	f.nodesMu.Unlock()
-	nodes = append(nodes, &f.root.node)
-	for _, n := range nodes {
+	for _, n := range nodes { // the root is in f.nodes too, for good
 		n.mu.Lock()
 		open := make([]*openFile, 0, len(n.open))
 		for of := range n.open {
