@@ -140,24 +140,24 @@ func TestPTReadDirPlusLookups(t *testing.T) {
 			if code, out := ptSh(t, time.Minute, "flock "+m.m("d/.lock")+" true"); code != 0 {
 				t.Fatalf("flock d/.lock: %s", out)
 			}
-			dropCaches(t)
-			waitNodes(m.fs, 1)
-			base := ops.settle()
-			if code, out := ptSh(t, time.Minute, "ls -l "+m.m("d")+" >/dev/null"); code != 0 {
-				t.Fatalf("ls -l: %s", out)
+			// cold runs tool on d with the kernel's caches dropped and
+			// returns the request counts before and after it.
+			cold := func(tool string) (before, after map[string]int) {
+				t.Helper()
+				dropCaches(t)
+				waitNodes(m.fs, 1)
+				before = ops.settle()
+				if code, out := ptSh(t, time.Minute, tool+" "+m.m("d")+" >/dev/null"); code != 0 {
+					t.Fatalf("%s: %s", tool, out)
+				}
+				return before, ops.settle()
 			}
-			afterLs := ops.settle()
+			base, afterLs := cold("ls -l")
 			// root, d and d's distinct inodes: h1 and h2 are one node.
 			if n := m.fs.nodeCount(); n != inodes+2 {
 				t.Errorf("%d nodes after ls -l, want %d (root, d, %d inodes)", n, inodes+2, inodes)
 			}
-			dropCaches(t)
-			waitNodes(m.fs, 1)
-			beforeDu := ops.settle()
-			if code, out := ptSh(t, time.Minute, "du -s "+m.m("d")+" >/dev/null"); code != 0 {
-				t.Fatalf("du -s: %s", out)
-			}
-			afterDu := ops.settle()
+			beforeDu, afterDu := cold("du -s")
 			lsLookups, duLookups := afterLs["lookup"]-base["lookup"], afterDu["lookup"]-beforeDu["lookup"]
 			t.Logf("ls -l: %d lookup, %d readdirplus, %d readdir; du -s: %d lookup, %d readdirplus, %d readdir",
 				lsLookups, afterLs["readdirplus"]-base["readdirplus"], afterLs["read"]-base["read"],
