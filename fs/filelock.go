@@ -167,7 +167,7 @@ func (f *FS) dropOwner(inode inodeKey, owner fuse.LockOwner) {
 	delete(f.owners, key)
 	f.ownersMu.Unlock()
 	if o != nil {
-		o.close()
+		f.rangeWaits.change(owner, false, func() error { o.close(); return nil })
 	}
 }
 
@@ -185,7 +185,7 @@ func (h *fileHandle) releaseOwners(owner fuse.LockOwner) {
 			delete(f.owners, o.key)
 		}
 		f.ownersMu.Unlock()
-		o.close()
+		f.rangeWaits.change(o.key.owner, false, func() error { o.close(); return nil })
 	}
 	if owner != 0 {
 		f.dropOwner(h.key, owner)
@@ -203,7 +203,9 @@ func flockT(lk fuse.FileLock, typ fuse.LockType) unix.Flock_t {
 }
 
 // try makes one non-blocking attempt at a lock request; a conflict is EAGAIN.
-func (h *fileHandle) try(req *fuse.LockRequest) error {
+// waiting: the attempt is one of a byte-range wait (F_SETLKW), which ends
+// if it succeeds.
+func (h *fileHandle) try(req *fuse.LockRequest, waiting bool) error {
 	if req.LockFlags&fuse.LockFlock != 0 {
 		var how int
 		switch req.Lock.Type {
@@ -235,15 +237,25 @@ func (h *fileHandle) try(req *fuse.LockRequest) error {
 			return nil // nothing held
 		}
 		h.lockCache(true)
-		_, err := o.do(func(fd int) error { return unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk) })
-		return err
+		return h.n.fs.rangeWaits.change(req.LockOwner, false, func() error {
+			_, err := o.do(func(fd int) error { return unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk) })
+			return err
+		})
 	}
 	for {
 		o, err := h.ownerFor(req.LockOwner)
 		if err != nil {
 			return err
 		}
-		ok, err := o.do(func(fd int) error { return unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk) })
+		ok := true
+		err = h.n.fs.rangeWaits.change(req.LockOwner, waiting, func() error {
+			var err error
+			ok, err = o.do(func(fd int) error { return unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk) })
+			if !ok {
+				return errCarrierClosed
+			}
+			return err
+		})
 		if !ok {
 			continue // closed by a concurrent Flush: a fresh one
 		}
@@ -268,7 +280,7 @@ func (h *fileHandle) lockErr(op string, err error) error {
 
 // Lock takes a lock without waiting (LOCK_NB, F_SETLK).
 func (h *fileHandle) Lock(ctx context.Context, req *fuse.LockRequest) error {
-	return h.lockErr("lock", h.try(req))
+	return h.lockErr("lock", h.try(req, false))
 }
 
 // Lock backoff bounds (see the comment at the top of the file).
@@ -292,7 +304,7 @@ func (h *fileHandle) LockWait(ctx context.Context, req *fuse.LockWaitRequest) er
 		defer h.n.fs.rangeWaits.done(r.LockOwner)
 	}
 	for {
-		err := h.try(r)
+		err := h.try(r, posix)
 		if err != unix.EAGAIN && err != unix.EACCES {
 			return h.lockErr("lockwait", err)
 		}
@@ -321,7 +333,7 @@ func (h *fileHandle) LockWait(ctx context.Context, req *fuse.LockWaitRequest) er
 func (h *fileHandle) Unlock(ctx context.Context, req *fuse.UnlockRequest) error {
 	r := *(*fuse.LockRequest)(req)
 	r.Lock.Type = fuse.LockUnlock
-	return h.lockErr("unlock", h.try(&r))
+	return h.lockErr("unlock", h.try(&r, false))
 }
 
 // QueryLock answers F_GETLK: a lock that would conflict with the request,

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"errors"
 	"sync"
 
 	"bazil.org/fuse"
@@ -26,6 +27,19 @@ import (
 const maxDeadlockHops = 10
 
 // rangeWaits is the wait-for graph of byte-range lock waits.
+//
+// The graph and the locks must move together, or a wait recorded a moment
+// ago stands for a lock that is gone: an owner granted at its last attempt
+// would still seem to wait for the owner it waited for, and an owner that
+// has just let go would still seem to block its waiters, and either makes
+// a cycle out of no deadlock (stress-ng's fcntl stressor, two processes
+// taking turns at one range of one file, got EDEADLK several times a
+// second). So mu is held across every change of a byte-range lock (a
+// carrier's F_OFD_SETLK, a carrier's close) and across each check
+// (closesCycle), and a change drops the waits it may end, as the kernel's
+// unlock wakes its blocked waiters: the waits for the owner that changed
+// (each is recorded again at its next attempt if it still runs into that
+// owner), and the owner's own when its wait is granted.
 type rangeWaits struct {
 	mu sync.Mutex
 	// blocker maps a waiting owner to the owner it waits for.
@@ -33,11 +47,34 @@ type rangeWaits struct {
 	blocker map[fuse.LockOwner]fuse.LockOwner
 }
 
-// wait records that owner waits for blocker and reports whether that
-// closes a cycle; if it does, owner leaves the graph.
-func (g *rangeWaits) wait(owner, blocker fuse.LockOwner) bool {
+// errCarrierClosed: the carrier was closed under a change (a concurrent
+// Flush); the change did not happen.
+var errCarrierClosed = errors.New("lock carrier closed")
+
+// change runs fn, a change of owner's byte-range locks, under the graph's
+// lock. If it succeeds, the waits for owner are dropped, and owner's own
+// wait if ends: the change granted it.
+func (g *rangeWaits) change(owner fuse.LockOwner, ends bool, fn func() error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	err := fn()
+	if err != nil {
+		return err
+	}
+	for w, b := range g.blocker {
+		if b == owner {
+			delete(g.blocker, w)
+		}
+	}
+	if ends {
+		delete(g.blocker, owner)
+	}
+	return nil
+}
+
+// waitLocked records that owner waits for blocker and reports whether that
+// closes a cycle; if it does, owner leaves the graph.
+func (g *rangeWaits) waitLocked(owner, blocker fuse.LockOwner) bool {
 	if g.blocker == nil {
 		g.blocker = make(map[fuse.LockOwner]fuse.LockOwner)
 	}
@@ -65,9 +102,14 @@ func (g *rangeWaits) done(owner fuse.LockOwner) {
 }
 
 // closesCycle finds the owner of the lock that byte-range request r ran
-// into and reports whether waiting for it closes a cycle of waits.
+// into and reports whether waiting for it closes a cycle of waits. It runs
+// under the graph's lock: no lock changes between what it sees and what it
+// records.
 func (h *fileHandle) closesCycle(r *fuse.LockRequest) bool {
 	f := h.n.fs
+	g := &f.rangeWaits
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	lk := flockT(r.Lock, r.Lock.Type)
 	f.ownersMu.Lock()
 	o := f.owners[ownerKey{inode: h.key, owner: r.LockOwner}]
@@ -77,13 +119,13 @@ func (h *fileHandle) closesCycle(r *fuse.LockRequest) bool {
 	}
 	ok, err := o.do(func(fd int) error { return unix.FcntlFlock(uintptr(fd), unix.F_OFD_GETLK, &lk) })
 	if !ok || err != nil || lk.Type == unix.F_UNLCK {
-		f.rangeWaits.done(r.LockOwner)
+		delete(g.blocker, r.LockOwner)
 		return false
 	}
 	holder := f.ofdOwner(h.key, r.LockOwner, lk)
 	if holder == nil {
-		f.rangeWaits.done(r.LockOwner)
+		delete(g.blocker, r.LockOwner)
 		return false
 	}
-	return f.rangeWaits.wait(r.LockOwner, holder.key.owner)
+	return g.waitLocked(r.LockOwner, holder.key.owner)
 }

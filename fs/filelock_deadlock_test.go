@@ -32,7 +32,26 @@ except OSError as e:
 sys.stdin.readline()
 `
 
-// cycleProc is a pyCycle helper.
+// pyHandOver locks argv[1] with lockf, prints "held", waits for a line,
+// then lets argv[1] go and at once asks for argv[2] (blocking), prints "ok"
+// or "errno N", and waits for a line before exiting.
+const pyHandOver = `
+import fcntl, sys
+b = open(sys.argv[1], "r+")
+fcntl.lockf(b, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.readline()
+a = open(sys.argv[2], "r+")
+fcntl.lockf(b, fcntl.LOCK_UN)
+try:
+    fcntl.lockf(a, fcntl.LOCK_EX)
+    print("ok", flush=True)
+except OSError as e:
+    print("errno %d" % e.errno, flush=True)
+sys.stdin.readline()
+`
+
+// cycleProc is a pyCycle or pyHandOver helper.
 type cycleProc struct {
 	cmd   *exec.Cmd
 	in    io.WriteCloser
@@ -41,8 +60,14 @@ type cycleProc struct {
 
 func startCycle(t *testing.T, first, second string) *cycleProc {
 	t.Helper()
+	return startScript(t, pyCycle, first, second)
+}
+
+// startScript starts python3 running script with args, in a session of its own.
+func startScript(t *testing.T, script string, args ...string) *cycleProc {
+	t.Helper()
 	testutil.RequireTools(t, "python3")
-	cmd := exec.Command("python3", "-c", pyCycle, first, second)
+	cmd := exec.Command("python3", append([]string{"-c", script}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
@@ -120,5 +145,45 @@ func TestPTRangeLockCycleIsDeadlock(t *testing.T) {
 	}
 	if out := strings.TrimSpace(p2.next(time.Second)); out != "" {
 		t.Fatalf("p2 said %q after exiting", out)
+	}
+}
+
+// TestPTRangeLockHandOverIsNoDeadlock: p1 holds f1 and waits for f2,
+// which p2 holds; p2 lets f2 go and at once asks for f1. That is no cycle
+// (p1's wait is over: f2 is free), so p2 waits and is granted once p1,
+// granted f2, exits; on a local file system the kernel's unlock wakes p1
+// and drops its wait. Before the fix p2 got EDEADLK: p1's wait, recorded
+// at its last attempt, still stood for f2 until its next one (up to 50 ms
+// later). Control: TestPTRangeLockCycleIsDeadlock, the same two processes
+// in a true cycle, is refused.
+func TestPTRangeLockHandOverIsNoDeadlock(t *testing.T) {
+	m := newPTMount(t)
+	for _, f := range []string{"f1", "f2"} {
+		if err := os.WriteFile(m.m(f), []byte("data"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p1 := startCycle(t, m.m("f1"), m.m("f2"))
+	p2 := startScript(t, pyHandOver, m.m("f2"), m.m("f1"))
+	for _, p := range []*cycleProc{p1, p2} {
+		if l := p.next(20 * time.Second); l != "held" {
+			t.Fatalf("helper said %q, want held", l)
+		}
+	}
+	fmt.Fprintln(p1.in, "go")
+	// p1 waits long enough for its attempts to be 50 ms apart.
+	if l := p1.next(500 * time.Millisecond); l != "" {
+		t.Fatalf("p1 should wait for f2, but said %q", l)
+	}
+	fmt.Fprintln(p2.in, "go")
+	if l := p1.next(20 * time.Second); l != "ok" {
+		t.Fatalf("p1 after p2 let f2 go: got %q, want ok", l)
+	}
+	if l := p2.next(300 * time.Millisecond); l != "" {
+		t.Fatalf("p2 should wait for f1 (held by p1), but said %q", l)
+	}
+	fmt.Fprintln(p1.in, "exit")
+	if l := p2.next(20 * time.Second); l != "ok" {
+		t.Fatalf("p2 after p1 exited: got %q, want ok", l)
 	}
 }

@@ -116,7 +116,10 @@ var (
 // held across a syscall that can block for long (each is held at most
 // across a non-blocking fcntl, dup or close), except shmTwin.mu, which is
 // held across a pread or pwrite of a shared-memory file and taken before
-// none of the others (shm.go). No lock is held while the kernel is asked
+// none of the others (shm.go), and rangeWaits.mu, which is taken before
+// ownersMu and fileLockOwner.mu and held across a carrier's non-blocking
+// fcntl or close and a deadlock check's reads of /proc/self/fdinfo
+// (filelock_deadlock.go). No lock is held while the kernel is asked
 // to invalidate its cache (cache.go): that can send requests back.
 type FS struct {
 	// Dependencies
