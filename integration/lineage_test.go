@@ -175,6 +175,16 @@ func TestInheritedLockCycleIsDeadlock(t *testing.T) {
 	p2 := start(t, "sh", "-c", inheritedCycleScript, "sh", y, x)
 	p1.waitLine("held", 15*time.Second)
 	p2.waitLine("held", 15*time.Second)
+	// Each lock has passed to its shell (the flock that took it has
+	// exited): the cycle runs through the shells.
+	for _, c := range []struct {
+		lock string
+		sh   *proc
+	}{{x, p1}, {y, p2}} {
+		testutil.Eventually(t, "the shell to hold "+c.lock, func() bool {
+			return strings.Contains(readStatus(t, c.lock), fmt.Sprintf(" pid=%d ", c.sh.pid()))
+		})
+	}
 	fmt.Fprintln(p1.stdin, "go")
 	testutil.Eventually(t, "the first shell's child to queue on y", func() bool {
 		return strings.Contains(readStatus(t, y), "waiters 1\n")

@@ -32,8 +32,9 @@ type Config struct {
 	Now func() time.Time
 	// Observer, if set, is told about every request and lost hold.
 	Observer Observer
-	// After is the clock of the self-deadlock grace (selfDeadlockGrace):
-	// it returns a channel that receives once d has passed. Default:
+	// After is the clock of the self-deadlock grace (selfDeadlockGrace)
+	// and of the scans for heirs made again (heirRescans): it returns a
+	// channel that receives once d has passed. Default:
 	// time.After. Tests inject a clock they advance by hand.
 	After func(d time.Duration) <-chan time.Time
 }

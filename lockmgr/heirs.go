@@ -22,7 +22,11 @@ import (
 //     the hold belongs to them, and they and their descendants run under
 //     it. If none or several remain, nobody is named: the hold belongs to
 //     nobody, so it still excludes every other process until its last
-//     descriptor is closed and the kernel releases it.
+//     descriptor is closed and the kernel releases it. Several may remain
+//     for a moment only (a process reading the control file's status, a
+//     waiter that has opened it and not yet asked): the engine scans
+//     again, five times over about 7 s (heirRescans), before it leaves
+//     the hold to nobody for good.
 //
 // The lock never passes to the dead process's parent merely for being its
 // parent. When every heir has exited, the engine looks once more (a heir's
@@ -159,7 +163,7 @@ func (e *Engine) untrackAllLocked(h *hold) {
 	for _, p := range h.heirs {
 		e.untrackLocked(h, p)
 	}
-	h.heirs, h.scanned = nil, false
+	h.heirs, h.scanned, h.rescans = nil, false, 0
 }
 
 // setTakerLocked makes rc's process the taker of h.
@@ -244,60 +248,111 @@ func (e *Engine) noticeExitsLocked(ctx context.Context, ls *lockState, s step, r
 // exited, and wakes the waiters of their locks. mu is dropped for the
 // /proc scans.
 func (e *Engine) reassignLocked(w *procWatch) {
-	type job struct {
-		h   *hold
-		ino uint64
-	}
-	var jobs []job
+	var holds []*hold
 	touched := map[LockID]bool{}
 	for h := range w.holds {
 		touched[h.id] = true
 		procs, _ := e.procsLocked(h)
 		if len(procs) == 0 && !h.scanned && h.owner.Class == OwnerFile && h.ino != 0 && h.lost == nil {
-			jobs = append(jobs, job{h, h.ino})
+			holds = append(holds, h)
 		}
 	}
-	if len(jobs) > 0 {
-		known := map[uint64]map[int]bool{}
-		for _, j := range jobs {
-			j.h.scanning++
-			if known[j.ino] == nil {
-				known[j.ino] = map[int]bool{}
-			}
-			for p := range e.othersLocked(j.h) {
-				known[j.ino][p.PID] = true
-			}
-		}
-		found := make(map[uint64][][]ProcID)
-		e.mu.Unlock()
-		for _, j := range jobs {
-			if _, ok := found[j.ino]; ok {
-				continue
-			}
-			k := known[j.ino]
-			groups, err := e.watcher.Descriptors(j.ino, func(pid int) bool { return k[pid] })
-			if err != nil {
-				e.log.WithError(err).Warn("cannot tell who holds a lock's descriptor: nobody inherits it")
-			}
-			found[j.ino] = groups
-		}
-		e.mu.Lock()
-		for _, j := range jobs {
-			j.h.scanning--
-			if ls := e.locks[j.h.id]; ls == nil || ls.holds[j.h.owner] != j.h {
-				continue // released meanwhile
-			}
-			if procs, _ := e.procsLocked(j.h); len(procs) > 0 || j.h.scanned {
-				continue
-			}
-			e.setHeirsLocked(j.h, e.pickHeirsLocked(j.h, found[j.ino]))
-		}
-	}
+	e.findHeirsLocked(holds)
 	for id := range touched {
 		if ls := e.locks[id]; ls != nil {
 			ls.wakeAllLocked()
 		}
 	}
+}
+
+// findHeirsLocked scans /proc for the holders of the descriptors of the
+// holds' control files, with mu dropped, and names each hold's heirs. A
+// hold whose scan found several candidate descriptions is scanned again
+// later (rescanLaterLocked).
+func (e *Engine) findHeirsLocked(holds []*hold) {
+	if len(holds) == 0 {
+		return
+	}
+	known := map[uint64]map[int]bool{}
+	for _, h := range holds {
+		h.scanning++
+		if known[h.ino] == nil {
+			known[h.ino] = map[int]bool{}
+		}
+		for p := range e.othersLocked(h) {
+			known[h.ino][p.PID] = true
+		}
+	}
+	found := make(map[uint64][][]ProcID)
+	e.mu.Unlock()
+	for _, h := range holds {
+		if _, ok := found[h.ino]; ok {
+			continue
+		}
+		k := known[h.ino]
+		groups, err := e.watcher.Descriptors(h.ino, func(pid int) bool { return k[pid] })
+		if err != nil {
+			e.log.WithError(err).Warn("cannot tell who holds a lock's descriptor: nobody inherits it")
+		}
+		found[h.ino] = groups
+	}
+	e.mu.Lock()
+	for _, h := range holds {
+		h.scanning--
+		if ls := e.locks[h.id]; ls == nil || ls.holds[h.owner] != h {
+			continue // released meanwhile
+		}
+		if procs, _ := e.procsLocked(h); len(procs) > 0 || h.scanned {
+			continue
+		}
+		heirs, candidates := e.pickHeirsLocked(h, found[h.ino])
+		e.setHeirsLocked(h, heirs)
+		if candidates > 1 {
+			e.rescanLaterLocked(h)
+		}
+	}
+}
+
+// heirRescans are the delays of the scans that follow one that found
+// several candidate descriptions for a hold: a process that has the
+// control file open for a moment (cat .lock, a waiter between its open and
+// its lock request) is a candidate of its own, and would otherwise leave
+// the hold to nobody for good. About 7 s in all, then the hold stays
+// nobody's until it is released.
+var heirRescans = []time.Duration{
+	20 * time.Millisecond, 80 * time.Millisecond, 320 * time.Millisecond,
+	1280 * time.Millisecond, 5120 * time.Millisecond,
+}
+
+// rescanLaterLocked scans again for h's heirs after the next delay of
+// heirRescans, if h is still held and nobody's by then; it wakes the
+// waiters of h's lock if the scan names heirs.
+func (e *Engine) rescanLaterLocked(h *hold) {
+	if h.rescans >= len(heirRescans) {
+		return
+	}
+	timer := e.after(heirRescans[h.rescans])
+	h.rescans++
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-timer:
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		ls := e.locks[h.id]
+		if ls == nil || ls.holds[h.owner] != h || h.lost != nil || !h.scanned || len(h.heirs) > 0 {
+			return // released, lost, taken again or named meanwhile
+		}
+		h.scanned = false
+		e.findHeirsLocked([]*hold{h})
+		if len(h.heirs) > 0 {
+			ls.wakeAllLocked()
+		}
+	}()
 }
 
 // setHeirsLocked records heirs for h and watches them.
@@ -352,10 +407,12 @@ func (e *Engine) othersLocked(h *hold) map[ProcID]bool {
 
 // pickHeirsLocked chooses h's open file description among the groups of
 // descriptors of its control file (see the rules at the top of the file).
-func (e *Engine) pickHeirsLocked(h *hold, groups [][]ProcID) []ProcID {
+// candidates is the number of groups that were not ruled out: heirs are
+// named only if it is 1.
+func (e *Engine) pickHeirsLocked(h *hold, groups [][]ProcID) (heirs []ProcID, candidates int) {
 	ls := e.locks[h.id]
 	if ls == nil || len(groups) == 0 {
-		return nil
+		return nil, 0
 	}
 	others := e.othersLocked(h)
 	inGroups := map[ProcID]int{}
@@ -380,7 +437,7 @@ func (e *Engine) pickHeirsLocked(h *hold, groups [][]ProcID) []ProcID {
 		}
 	}
 	if n != 1 {
-		return nil
+		return nil, n
 	}
-	return pick
+	return pick, n
 }

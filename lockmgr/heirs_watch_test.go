@@ -2,8 +2,11 @@ package lockmgr
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // wall is the clock's time as Config.Now.
@@ -107,6 +110,79 @@ func TestIdleWatchReused(t *testing.T) {
 			}
 			if queued != 1 { // 200's
 				t.Errorf("%d idle watches queued, want 1", queued)
+			}
+		})
+	}
+}
+
+// TestHeirsScannedAgainAfterTransientDescriptor: shell 50 holds the open
+// file description (exec 8>d/.lock) through which flock 100 took d. When
+// 100 exits, a status reader (300, cat d/.lock) has a description of its
+// own open, so the scan finds two candidates and names nobody. The reader
+// closes; the scan made again after heirRescans[0] names the shell, and
+// the shell's child 110 then runs under the lock (d/e granted at once).
+// Before, the hold stayed nobody's until released. Control: with no
+// rescans the child is refused (the same state as before the fix).
+func TestHeirsScannedAgainAfterTransientDescriptor(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rescans []time.Duration
+		want    error
+	}{
+		{"rescan", heirRescans, nil},
+		{"control-no-rescan", nil, ErrWouldBlock},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			saved := heirRescans
+			heirRescans = tc.rescans
+			defer func() { heirRescans = saved }()
+			tree, clock := newFakeTree(), newFakeClock()
+			tree.add(50, 1)
+			tree.add(100, 50)
+			tree.add(110, 50)
+			tree.add(300, 1)
+			e, err := New(Config{Backend: &memBackend{host: newMemHost()}, Processes: tree, Now: clock.wall, After: clock.after})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			ctx := context.Background()
+			const ino = 7
+			d := LockID{Path: "d", Kind: KindDir}
+			shellDesc, readerDesc := fakeDesc{ino: ino, id: 1}, fakeDesc{ino: ino, id: 2}
+			tree.open(50, shellDesc)
+			tree.open(100, shellDesc)
+			if _, err := e.Acquire(ctx, Request{Lock: d, Mode: Exclusive, Owner: Owner{OwnerFile, 1}, TID: 100, Wait: true, Ino: ino}); err != nil {
+				t.Fatal(err)
+			}
+			tree.open(300, readerDesc)
+			tree.exit(100)
+			// The first scan has run once the hold is inherited by nobody:
+			// Status names the taker, and the exit has been seen.
+			holder := func() int {
+				st := e.Status(d)
+				if len(st.Holders) != 1 {
+					t.Fatalf("status: %+v", st)
+				}
+				return st.Holders[0].Process.PID
+			}
+			testutil.Eventually(t, "the taker's exit to be handled", func() bool {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				h := e.locks[d].holds[Owner{OwnerFile, 1}]
+				return h.scanned && h.scanning == 0
+			})
+			if p := holder(); p != 100 {
+				t.Fatalf("after the ambiguous scan the hold belongs to %d, want nobody (the taker 100 shown)", p)
+			}
+			tree.close(300, readerDesc)
+			clock.advance(time.Second)
+			if tc.want == nil {
+				testutil.Eventually(t, "the shell to inherit the hold", func() bool { return holder() == 50 })
+			}
+			_, err = e.Acquire(ctx, Request{Lock: LockID{Path: "d/e", Kind: KindDir}, Mode: Exclusive, Owner: Owner{OwnerFile, 2}, TID: 110, Ino: ino + 1})
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("the shell's child asking for d/e: %v, want %v", err, tc.want)
 			}
 		})
 	}

@@ -126,10 +126,13 @@ type hold struct {
 	scanned bool
 	// scanning counts the /proc scans for heirs in flight.
 	scanning int
-	tid      int
-	uid      uint32
-	since    time.Time
-	token    uint64
+	// rescans counts the scans made again after one found several
+	// candidate descriptions (heirRescans).
+	rescans int
+	tid     int
+	uid     uint32
+	since   time.Time
+	token   uint64
 	// lost is set when the hold's lease was lost or broken: the hold no
 	// longer protects anything and conflicts with nobody.
 	lost error
