@@ -301,7 +301,10 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 // the queue on the grant.
 func (e *Engine) takeLocked(ctx context.Context, ls *lockState, s step, rc *reqCtx, w **waiter, out *outsideWait) (done bool, err error) {
 	need := maxMode(e.leaseModeLocked(ls), s.mode)
-	if !e.needsLease(s) || (ls.lease != nil && ls.lease.Mode() >= need && ls.lease.Err() == nil) {
+	// A lease being downgraded or released (settling) still reports its
+	// old mode: a hold granted on it would outlive the mode it needs (an
+	// exclusive hold under a shared kernel flock, or under no lease).
+	if !e.needsLease(s) || (!ls.settling && ls.lease != nil && ls.lease.Mode() >= need && ls.lease.Err() == nil) {
 		if *w != nil {
 			e.dequeueLocked(ls, *w)
 			*w = nil

@@ -107,7 +107,7 @@ func (e *Engine) settleLocked(ls *lockState) {
 			// doing so would wait for each other.
 			return
 		}
-		ls.busy = true
+		ls.busy, ls.settling = true, true
 		release := need == 0 || lease.Err() != nil
 		if release {
 			ls.unwatchLocked()
@@ -122,7 +122,7 @@ func (e *Engine) settleLocked(ls *lockState) {
 			err = lease.Convert(ctx, need, false)
 		}
 		e.mu.Lock()
-		ls.busy = false
+		ls.busy, ls.settling = false, false
 		if release {
 			ls.lease = nil
 		}
