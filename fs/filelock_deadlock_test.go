@@ -58,9 +58,30 @@ type cycleProc struct {
 	lines chan string
 }
 
-func startCycle(t *testing.T, first, second string) *cycleProc {
+// startRangePair mounts, creates f1 and f2, and starts p1, a pyCycle
+// helper holding f1, and p2, a second script holding f2; once both hold,
+// p1 asks for f2 and is seen waiting for it for 500 ms (long enough for
+// its attempts to be 50 ms apart).
+func startRangePair(t *testing.T, second string) (p1, p2 *cycleProc) {
 	t.Helper()
-	return startScript(t, pyCycle, first, second)
+	m := newPTMount(t)
+	for _, f := range []string{"f1", "f2"} {
+		if err := os.WriteFile(m.m(f), []byte("data"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p1 = startScript(t, pyCycle, m.m("f1"), m.m("f2"))
+	p2 = startScript(t, second, m.m("f2"), m.m("f1"))
+	for _, p := range []*cycleProc{p1, p2} {
+		if l := p.next(20 * time.Second); l != "held" {
+			t.Fatalf("helper said %q, want held", l)
+		}
+	}
+	fmt.Fprintln(p1.in, "go")
+	if l := p1.next(500 * time.Millisecond); l != "" {
+		t.Fatalf("p1 should wait for f2, but said %q", l)
+	}
+	return p1, p2
 }
 
 // startScript starts python3 running script with args, in a session of its own.
@@ -114,23 +135,7 @@ func (p *cycleProc) next(d time.Duration) string {
 // request without a cycle (the first process's lock gone) waits and is
 // granted, not refused.
 func TestPTRangeLockCycleIsDeadlock(t *testing.T) {
-	m := newPTMount(t)
-	for _, f := range []string{"f1", "f2"} {
-		if err := os.WriteFile(m.m(f), []byte("data"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p1 := startCycle(t, m.m("f1"), m.m("f2"))
-	p2 := startCycle(t, m.m("f2"), m.m("f1"))
-	for _, p := range []*cycleProc{p1, p2} {
-		if l := p.next(20 * time.Second); l != "held" {
-			t.Fatalf("helper said %q, want held", l)
-		}
-	}
-	fmt.Fprintln(p1.in, "go")
-	if l := p1.next(500 * time.Millisecond); l != "" {
-		t.Fatalf("p1 should wait for f2, but said %q", l)
-	}
+	p1, p2 := startRangePair(t, pyCycle)
 	fmt.Fprintln(p2.in, "go")
 	if l := p2.next(20 * time.Second); l != fmt.Sprintf("errno %d", syscall.EDEADLK) {
 		t.Fatalf("p2 closing the cycle: got %q, want EDEADLK (errno %d)", l, syscall.EDEADLK)
@@ -157,24 +162,7 @@ func TestPTRangeLockCycleIsDeadlock(t *testing.T) {
 // later). Control: TestPTRangeLockCycleIsDeadlock, the same two processes
 // in a true cycle, is refused.
 func TestPTRangeLockHandOverIsNoDeadlock(t *testing.T) {
-	m := newPTMount(t)
-	for _, f := range []string{"f1", "f2"} {
-		if err := os.WriteFile(m.m(f), []byte("data"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p1 := startCycle(t, m.m("f1"), m.m("f2"))
-	p2 := startScript(t, pyHandOver, m.m("f2"), m.m("f1"))
-	for _, p := range []*cycleProc{p1, p2} {
-		if l := p.next(20 * time.Second); l != "held" {
-			t.Fatalf("helper said %q, want held", l)
-		}
-	}
-	fmt.Fprintln(p1.in, "go")
-	// p1 waits long enough for its attempts to be 50 ms apart.
-	if l := p1.next(500 * time.Millisecond); l != "" {
-		t.Fatalf("p1 should wait for f2, but said %q", l)
-	}
+	p1, p2 := startRangePair(t, pyHandOver)
 	fmt.Fprintln(p2.in, "go")
 	if l := p1.next(20 * time.Second); l != "ok" {
 		t.Fatalf("p1 after p2 let f2 go: got %q, want ok", l)
