@@ -16,7 +16,8 @@ import (
 
 // pyCycle locks argv[1] with lockf, prints "held", waits for a line, then
 // asks for argv[2] (blocking) and prints "ok" or "errno N", then waits for
-// a line before exiting.
+// a line before exiting. With a third argument "handover" it lets argv[1]
+// go just before it asks for argv[2].
 const pyCycle = `
 import fcntl, sys
 a = open(sys.argv[1], "r+")
@@ -24,6 +25,8 @@ fcntl.lockf(a, fcntl.LOCK_EX)
 print("held", flush=True)
 sys.stdin.readline()
 b = open(sys.argv[2], "r+")
+if sys.argv[3:] == ["handover"]:
+    fcntl.lockf(a, fcntl.LOCK_UN)
 try:
     fcntl.lockf(b, fcntl.LOCK_EX)
     print("ok", flush=True)
@@ -32,26 +35,7 @@ except OSError as e:
 sys.stdin.readline()
 `
 
-// pyHandOver locks argv[1] with lockf, prints "held", waits for a line,
-// then lets argv[1] go and at once asks for argv[2] (blocking), prints "ok"
-// or "errno N", and waits for a line before exiting.
-const pyHandOver = `
-import fcntl, sys
-b = open(sys.argv[1], "r+")
-fcntl.lockf(b, fcntl.LOCK_EX)
-print("held", flush=True)
-sys.stdin.readline()
-a = open(sys.argv[2], "r+")
-fcntl.lockf(b, fcntl.LOCK_UN)
-try:
-    fcntl.lockf(a, fcntl.LOCK_EX)
-    print("ok", flush=True)
-except OSError as e:
-    print("errno %d" % e.errno, flush=True)
-sys.stdin.readline()
-`
-
-// cycleProc is a pyCycle or pyHandOver helper.
+// cycleProc is a pyCycle helper.
 type cycleProc struct {
 	cmd   *exec.Cmd
 	in    io.WriteCloser
@@ -59,10 +43,11 @@ type cycleProc struct {
 }
 
 // startRangePair mounts, creates f1 and f2, and starts p1, a pyCycle
-// helper holding f1, and p2, a second script holding f2; once both hold,
+// helper holding f1, and p2, one holding f2 (with extra, its further
+// arguments); once both hold,
 // p1 asks for f2 and is seen waiting for it for 500 ms (long enough for
 // its attempts to be 50 ms apart).
-func startRangePair(t *testing.T, second string) (p1, p2 *cycleProc) {
+func startRangePair(t *testing.T, extra ...string) (p1, p2 *cycleProc) {
 	t.Helper()
 	m := newPTMount(t)
 	for _, f := range []string{"f1", "f2"} {
@@ -70,8 +55,8 @@ func startRangePair(t *testing.T, second string) (p1, p2 *cycleProc) {
 			t.Fatal(err)
 		}
 	}
-	p1 = startScript(t, pyCycle, m.m("f1"), m.m("f2"))
-	p2 = startScript(t, second, m.m("f2"), m.m("f1"))
+	p1 = startCycle(t, m.m("f1"), m.m("f2"))
+	p2 = startCycle(t, append([]string{m.m("f2"), m.m("f1")}, extra...)...)
 	for _, p := range []*cycleProc{p1, p2} {
 		if l := p.next(20 * time.Second); l != "held" {
 			t.Fatalf("helper said %q, want held", l)
@@ -84,11 +69,11 @@ func startRangePair(t *testing.T, second string) (p1, p2 *cycleProc) {
 	return p1, p2
 }
 
-// startScript starts python3 running script with args, in a session of its own.
-func startScript(t *testing.T, script string, args ...string) *cycleProc {
+// startCycle starts pyCycle with args, in a session of its own.
+func startCycle(t *testing.T, args ...string) *cycleProc {
 	t.Helper()
 	testutil.RequireTools(t, "python3")
-	cmd := exec.Command("python3", append([]string{"-c", script}, args...)...)
+	cmd := exec.Command("python3", append([]string{"-c", pyCycle}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
@@ -135,7 +120,7 @@ func (p *cycleProc) next(d time.Duration) string {
 // request without a cycle (the first process's lock gone) waits and is
 // granted, not refused.
 func TestPTRangeLockCycleIsDeadlock(t *testing.T) {
-	p1, p2 := startRangePair(t, pyCycle)
+	p1, p2 := startRangePair(t)
 	fmt.Fprintln(p2.in, "go")
 	if l := p2.next(20 * time.Second); l != fmt.Sprintf("errno %d", syscall.EDEADLK) {
 		t.Fatalf("p2 closing the cycle: got %q, want EDEADLK (errno %d)", l, syscall.EDEADLK)
@@ -162,7 +147,7 @@ func TestPTRangeLockCycleIsDeadlock(t *testing.T) {
 // later). Control: TestPTRangeLockCycleIsDeadlock, the same two processes
 // in a true cycle, is refused.
 func TestPTRangeLockHandOverIsNoDeadlock(t *testing.T) {
-	p1, p2 := startRangePair(t, pyHandOver)
+	p1, p2 := startRangePair(t, "handover")
 	fmt.Fprintln(p2.in, "go")
 	if l := p1.next(20 * time.Second); l != "ok" {
 		t.Fatalf("p1 after p2 let f2 go: got %q, want ok", l)
