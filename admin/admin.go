@@ -364,14 +364,14 @@ func (s *Server) claims(p string) ([]Claim, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimsTimeout)
 	defer cancel()
 	kinds := []lockmgr.Kind{lockmgr.KindDir, lockmgr.KindNewDir, lockmgr.KindUsage}
-	lines := make([][]string, len(kinds))
+	recs := make([][]lockmgr.ClaimRecord, len(kinds))
 	errs := make([]error, len(kinds))
 	var wg sync.WaitGroup
 	for i, k := range kinds {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lines[i], errs[i] = s.cfg.Engine.Claims(ctx, lockmgr.LockID{Path: p, Kind: k})
+			recs[i], errs[i] = s.cfg.Engine.Claims(ctx, lockmgr.LockID{Path: p, Kind: k})
 		}()
 	}
 	wg.Wait()
@@ -382,36 +382,17 @@ func (s *Server) claims(p string) ([]Claim, string) {
 			failed = append(failed, errs[i].Error())
 			continue
 		}
-		for _, line := range lines[i] {
-			out = append(out, parseClaim(p, k, line))
+		for _, c := range recs[i] {
+			out = append(out, claimOf(p, k, c))
 		}
 	}
 	return out, strings.Join(failed, "; ")
 }
 
-// parseClaim reads one line of lockmgr.ClaimLister.
-func parseClaim(p string, k lockmgr.Kind, line string) Claim {
-	c := Claim{Path: p, Kind: k.String()}
-	for _, f := range strings.Fields(line) {
-		key, v, _ := strings.Cut(f, "=")
-		switch key {
-		case "host":
-			c.Host = v
-		case "mode":
-			c.Mode = v
-		case "since":
-			if t, err := time.Parse(time.RFC3339, v); err == nil {
-				c.Since = t
-			}
-		case "session":
-			c.Session = v
-		case "state":
-			c.State = v
-		case "use":
-			c.Use = v
-		}
-	}
-	return c
+// claimOf renders c, a claim on lock p of kind k, for a reply.
+func claimOf(p string, k lockmgr.Kind, c lockmgr.ClaimRecord) Claim {
+	return Claim{Path: p, Kind: k.String(), Host: c.Host, Mode: c.Mode.String(), Since: c.Since,
+		Session: c.Session, State: c.State, Use: c.Use}
 }
 
 // Call sends one request to the admin socket at path and returns the reply.

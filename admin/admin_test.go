@@ -225,14 +225,14 @@ print(s.makefile().readline())`
 	}
 }
 
-// TestClaimRows: a backend's claim line becomes a Claim and a table row;
+// TestClaimRows: a backend's claim record becomes a Claim and a table row;
 // a claims error is printed under the table.
 func TestClaimRows(t *testing.T) {
-	c := parseClaim("a", lockmgr.KindDir, "host=build-7 mode=exclusive since=2026-12-01T10:00:00Z session=s1.abc state=stale use=claimed")
+	c := claimOf("a", lockmgr.KindDir, lockmgr.ParseClaimRecord("host=build-7 mode=exclusive since=2026-12-01T10:00:00Z session=s1.abc state=stale use=claimed"))
 	want := Claim{Path: "a", Kind: "dir", Host: "build-7", Mode: "exclusive", Since: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
 		Session: "s1.abc", State: "stale", Use: "claimed"}
 	if c != want {
-		t.Fatalf("parseClaim: %+v, want %+v", c, want)
+		t.Fatalf("claimOf: %+v, want %+v", c, want)
 	}
 	var buf bytes.Buffer
 	if err := WriteTable(&buf, Reply{Claims: []Claim{c}, ClaimsError: "read x: 503"}, want.Since.Add(time.Minute)); err != nil {

@@ -123,7 +123,7 @@ func (n *controlNode) statusText(reader *controlHandle, uid uint32) []byte {
 		fmt.Fprintf(&b, "claims unknown %s\n", strconv.Quote(err.Error()))
 	}
 	for _, c := range claims {
-		fmt.Fprintf(&b, "claim %s\n", strings.ReplaceAll(c, "\n", " "))
+		fmt.Fprintf(&b, "claim %s\n", strings.ReplaceAll(c.String(), "\n", " "))
 	}
 	return b.Bytes()
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -274,7 +273,7 @@ func (l *lease) Release(ctx context.Context) error {
 // unchanged for its stale period, dead), and for this host's own record
 // whether it is held or warm (another host's is "claimed": it keeps warm
 // records without telling).
-func (b *Backend) ListClaims(ctx context.Context, id lockmgr.LockID) ([]string, error) {
+func (b *Backend) ListClaims(ctx context.Context, id lockmgr.LockID) ([]lockmgr.ClaimRecord, error) {
 	name, err := objectName(b.cfg.Prefix, id)
 	if err != nil {
 		return nil, err
@@ -294,7 +293,7 @@ func (b *Backend) ListClaims(ctx context.Context, id lockmgr.LockID) ([]string, 
 	}
 	own := b.currentSession()
 	now := b.clock.Now()
-	var out []string
+	var out []lockmgr.ClaimRecord
 	for _, c := range s.rec.Claims {
 		state, use := "live", "claimed"
 		switch {
@@ -314,8 +313,8 @@ func (b *Backend) ListClaims(ctx context.Context, id lockmgr.LockID) ([]string, 
 			}
 			b.obs.mu.Unlock()
 		}
-		out = append(out, fmt.Sprintf("host=%s mode=%s since=%s session=%s state=%s use=%s",
-			lockmgr.QuoteName(c.Host), c.Mode, c.Since.UTC().Format(time.RFC3339), c.Session, state, use))
+		out = append(out, lockmgr.ClaimRecord{Host: lockmgr.QuoteName(c.Host), Mode: c.mode(), Since: c.Since,
+			Session: c.Session, State: state, Use: use})
 	}
 	return out, nil
 }

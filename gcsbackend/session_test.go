@@ -197,8 +197,8 @@ func TestRemoteHoldersInStatus(t *testing.T) {
 		t.Errorf("status made %d requests, want 1", d.Requests())
 	}
 	t.Logf("B's view of r: %q", claims)
-	if len(claims) != 1 || !strings.Contains(claims[0], "host="+a.HostID()) || !strings.Contains(claims[0], "mode=shared") ||
-		!strings.Contains(claims[0], "state=live") || !strings.Contains(claims[0], "use=claimed") {
+	if len(claims) != 1 || claims[0].Host != a.HostID() || claims[0].Mode != lockmgr.Shared ||
+		claims[0].State != "live" || claims[0].Use != "claimed" {
 		t.Fatalf("B's view of A's claim: %q", claims)
 	}
 	// B takes it too, releases it: B's record stays warm, and says so.
@@ -214,7 +214,7 @@ func TestRemoteHoldersInStatus(t *testing.T) {
 	}
 	warm := 0
 	for _, c := range claims {
-		if strings.Contains(c, "host="+b.HostID()) && strings.Contains(c, "use=warm") {
+		if c.Host == b.HostID() && c.Use == "warm" {
 			warm++
 		}
 	}

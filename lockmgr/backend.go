@@ -1,6 +1,11 @@
 package lockmgr
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
 
 // Backend holds the host's claim on locks: the engine arbitrates between the
 // processes of this host, and asks the backend for one claim per lock, in the
@@ -42,10 +47,63 @@ type HierarchicalBackend interface {
 // ClaimLister is implemented by a backend that can show every host's
 // claims on a lock (the gcs backend, from one read of the lock's object).
 type ClaimLister interface {
-	// ListClaims returns one line per claim of any host on id, in the
-	// form "host=H mode=M since=T session=S state=live|stale|dead
-	// use=held|warm|claimed".
-	ListClaims(ctx context.Context, id LockID) ([]string, error)
+	// ListClaims returns every claim of any host on id.
+	ListClaims(ctx context.Context, id LockID) ([]ClaimRecord, error)
+}
+
+// ClaimRecord is one host's claim on a lock as a ClaimLister shows it.
+type ClaimRecord struct {
+	// Host names the claiming host (QuoteName'd where it needs quotes).
+	Host string
+	Mode Mode
+	// Since is when the claim was taken, on the claiming host's clock.
+	Since time.Time
+	// Session is the claiming host's session.
+	Session string
+	// State is the session's as the listing host judges it: "live",
+	// "stale" (seen unchanged for its stale period) or "dead".
+	State string
+	// Use is "held" or "warm" for the listing host's own claim, and
+	// "claimed" for another host's (it keeps warm claims without telling).
+	Use string
+}
+
+// String renders c as one line, the form of a status file's claim lines:
+// "host=H mode=M since=T session=S state=S use=U".
+func (c ClaimRecord) String() string {
+	return fmt.Sprintf("host=%s mode=%s since=%s session=%s state=%s use=%s",
+		c.Host, c.Mode, c.Since.UTC().Format(time.RFC3339), c.Session, c.State, c.Use)
+}
+
+// ParseClaimRecord reads a line of ClaimRecord.String's form. Fields it
+// does not know are skipped, and a field it cannot read is left zero.
+func ParseClaimRecord(line string) ClaimRecord {
+	var c ClaimRecord
+	for _, f := range strings.Fields(line) {
+		key, v, _ := strings.Cut(f, "=")
+		switch key {
+		case "host":
+			c.Host = v
+		case "mode":
+			switch v {
+			case "shared":
+				c.Mode = Shared
+			case "exclusive":
+				c.Mode = Exclusive
+			}
+		case "since":
+			if t, err := time.Parse(time.RFC3339, v); err == nil {
+				c.Since = t
+			}
+		case "session":
+			c.Session = v
+		case "state":
+			c.State = v
+		case "use":
+			c.Use = v
+		}
+	}
+	return c
 }
 
 // Lease is the host's claim on one lock.

@@ -156,11 +156,11 @@ func (e *Engine) Status(id LockID) LockStatus {
 	return st
 }
 
-// Claims returns every host's claims on id as the backend shows them (one
-// line each; see ClaimLister), or nil if the backend keeps no such list.
+// Claims returns every host's claims on id as the backend shows them (see
+// ClaimLister), or nil if the backend keeps no such list.
 // It asks the backend, so it may make a request: status reads call it,
 // lock calls do not.
-func (e *Engine) Claims(ctx context.Context, id LockID) ([]string, error) {
+func (e *Engine) Claims(ctx context.Context, id LockID) ([]ClaimRecord, error) {
 	cl, ok := e.backend.(ClaimLister)
 	if !ok {
 		return nil, nil

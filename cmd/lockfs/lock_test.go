@@ -93,7 +93,7 @@ func TestYouLine(t *testing.T) {
 
 func TestDescribeClaim(t *testing.T) {
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	got := describeClaim("host=h2 mode=exclusive since=2026-12-01T09:58:00Z session=h2.ab state=live use=claimed", now)
+	got := describeClaim(lockmgr.ParseClaimRecord("host=h2 mode=exclusive since=2026-12-01T09:58:00Z session=h2.ab state=live use=claimed"), now)
 	if want := []string{"claimed exclusive by host h2 for 2m0s (session live)"}; !slices.Equal(got, want) {
 		t.Errorf("another host's claim: %q, want %q", got, want)
 	}
@@ -103,7 +103,7 @@ func TestDescribeClaim(t *testing.T) {
 		"host=h1 mode=shared since=2026-12-01T09:58:00Z session=h1.cd state=live use=warm",
 		"host=h3 mode=exclusive since=2026-12-01T09:58:00Z session=h3.ef state=dead use=claimed",
 	} {
-		if got := describeClaim(c, now); got != nil {
+		if got := describeClaim(lockmgr.ParseClaimRecord(c), now); got != nil {
 			t.Errorf("describeClaim(%q) = %q, want nothing", c, got)
 		}
 	}

@@ -189,38 +189,32 @@ func describeHolders(st []byte, now time.Time) string {
 	return strings.Join(out, "; ")
 }
 
-// claimLines returns the gcs backend's claim records of a status (the
-// "claim host=... mode=..." lines), without the leading word.
-func claimLines(st []byte) []string {
-	var out []string
+// claimLines returns the gcs backend's claim records of a status (its
+// "claim host=... mode=..." lines).
+func claimLines(st []byte) []lockmgr.ClaimRecord {
+	var out []lockmgr.ClaimRecord
 	sc := bufio.NewScanner(bytes.NewReader(st))
 	for sc.Scan() {
 		if c, ok := strings.CutPrefix(sc.Text(), "claim "); ok {
-			out = append(out, c)
+			out = append(out, lockmgr.ParseClaimRecord(c))
 		}
 	}
 	return out
 }
 
-// describeClaim renders one gcs claim record (host=H mode=M since=T
-// session=S state=live|stale|dead use=held|warm|claimed) of another host
-// for -v: "claimed exclusive by host H for 2m3s (session live)". This
-// host's own records (use held or warm) and dead sessions' records block
-// nobody and give nothing.
-func describeClaim(claim string, now time.Time) []string {
-	kv := map[string]string{}
-	for _, f := range strings.Fields(claim) {
-		k, v, _ := strings.Cut(f, "=")
-		kv[k] = v
-	}
-	if kv["use"] == "held" || kv["use"] == "warm" || kv["state"] == "dead" {
+// describeClaim renders one gcs claim record of another host for -v:
+// "claimed exclusive by host H for 2m3s (session live)". This host's own
+// records (use held or warm) and dead sessions' records block nobody and
+// give nothing.
+func describeClaim(c lockmgr.ClaimRecord, now time.Time) []string {
+	if c.Use == "held" || c.Use == "warm" || c.State == "dead" {
 		return nil
 	}
-	d := fmt.Sprintf("claimed %s by host %s", kv["mode"], kv["host"])
-	if since, err := time.Parse(time.RFC3339, kv["since"]); err == nil {
-		d += fmt.Sprintf(" for %v", now.Sub(since).Round(time.Second))
+	d := fmt.Sprintf("claimed %s by host %s", c.Mode, c.Host)
+	if !c.Since.IsZero() {
+		d += fmt.Sprintf(" for %v", now.Sub(c.Since).Round(time.Second))
 	}
-	return []string{d + fmt.Sprintf(" (session %s)", kv["state"])}
+	return []string{d + fmt.Sprintf(" (session %s)", c.State)}
 }
 
 // isThisHost reports whether a status's host names this machine (a gcs
