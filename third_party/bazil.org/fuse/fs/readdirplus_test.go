@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,6 +37,8 @@ type plusFS struct {
 	// forgets counts Forget calls.
 	live    map[*plusFile]bool
 	forgets int
+	// onList, if set, is called at every listing (ReadDirAll).
+	onList func(ctx context.Context)
 }
 
 func newPlusFS(n int, plus bool) *plusFS {
@@ -97,6 +100,9 @@ func (d plusDir) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.Ope
 type plainHandle struct{ fs *plusFS }
 
 func (h plainHandle) ReadDirAll(ctx context.Context) ([]fuse.Dirent, error) {
+	if h.fs.onList != nil {
+		h.fs.onList(ctx)
+	}
 	out := []fuse.Dirent{{Inode: 1, Type: fuse.DT_Dir, Name: "."}, {Inode: 1, Type: fuse.DT_Dir, Name: ".."}}
 	for _, f := range h.fs.files {
 		out = append(out, fuse.Dirent{Inode: f.ino, Type: fuse.DT_File, Name: f.name})
@@ -357,5 +363,83 @@ func TestNodeRefShrinksAfterForget(t *testing.T) {
 	}
 	if n, peak := fs.NodeRefSizes(srv); n != 1 || peak >= files/4 {
 		t.Errorf("after drop_caches: %d nodes, peak %d; want the root alone in a map made anew (peak below %d)", n, peak, files/4)
+	}
+}
+
+// TestReadDirPlusInterruptedListsAll: a signal to a process reading a
+// directory (here SIGURG, which Go's runtime sends its own threads all the
+// time) makes the kernel send an INTERRUPT for the READDIRPLUS; the reply
+// must still list the directory, as getdents(2) on a local file system is
+// never cut short by a signal. Before the fix the server answered EINTR
+// when the interrupt came before the first entry (lockfs CI: posixtest
+// DirSeek failed with "interrupted system call"). Control: the listing saw
+// its context cancelled, so the interrupt did reach it.
+func TestReadDirPlusInterruptedListsAll(t *testing.T) {
+	p := newPlusFS(20, true)
+	started := make(chan struct{})
+	var once sync.Once
+	cancelled := make(chan bool, 1)
+	p.onList = func(ctx context.Context) {
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return
+		}
+		close(started)
+		select {
+		case <-ctx.Done():
+			cancelled <- true
+		case <-time.After(10 * time.Second):
+			cancelled <- false
+		}
+	}
+	_, dir := mountRec(t, p, fuse.ReadDirPlus(false))
+	// getdents on a thread of its own, which is then signalled.
+	type result struct {
+		names int
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tid := unix.Gettid()
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer unix.Close(fd)
+		go func() {
+			<-started
+			unix.Tgkill(os.Getpid(), tid, unix.SIGURG)
+		}()
+		buf := make([]byte, 64<<10)
+		names := 0
+		for {
+			n, err := unix.ReadDirent(fd, buf)
+			if err != nil {
+				done <- result{names, err}
+				return
+			}
+			if n == 0 {
+				done <- result{names, nil}
+				return
+			}
+			_, c, _ := unix.ParseDirent(buf[:n], -1, nil)
+			names += c
+		}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("getdents did not return")
+	}
+	if !<-cancelled {
+		t.Fatal("control: the listing's context was not cancelled: the signal sent no INTERRUPT")
+	}
+	if r.err != nil || r.names != 20 {
+		t.Fatalf("getdents after an interrupt: %d names, %v; want all 20 and no error", r.names, r.err)
 	}
 }

@@ -1947,14 +1947,10 @@ func (c *Server) readDirPlus(ctx context.Context, snode *serveNode, shandle *ser
 		if len(s.Data)+fuse.DirentPlusSize(ent.Name) > r.Size {
 			break
 		}
-		if err := ctx.Err(); err != nil {
-			// Interrupted: what is in the reply so far has been
-			// registered and must reach the kernel.
-			if s.Entries == 0 {
-				return nil, err
-			}
-			break
-		}
+		// No look at ctx: an interrupt (any signal to the reader, Go's
+		// SIGURG preemption among them) must not cut a listing short or
+		// fail it with EINTR, as getdents(2) on a local file system
+		// never is; a reply is at most r.Size bytes of work.
 		var entry fuse.LookupResponse
 		if plus != nil && ent.Name != "." && ent.Name != ".." {
 			c.lookupDirent(ctx, snode, plus, ent, &entry)
