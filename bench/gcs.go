@@ -46,7 +46,8 @@ var gcsObjects = strings.Count(gcsLock, "/") + 2
 //     gcs_writes_per_release_root: the same for the root lock ".", which is
 //     a single object.
 //   - gcs_requests_local_handoff: requests between one process's release
-//     and the grant to another process of the same host waiting for it.
+//     and the grant to another process of the same host waiting for it
+//     (on a host of TTL handoffTTL, whose refreshes stay out of the way).
 //   - gcs_refreshes_per_ttl: requests per TTL while gcsLock is held
 //     (gcs_objects_per_lock objects are refreshed);
 //     gcs_refreshes_per_ttl_per_object.
@@ -150,6 +151,12 @@ func (g *gcsRun) gcsConfig(prefix, name string) gcsbackend.Config {
 	}
 }
 
+// handoffTTL is the TTL of the local hand-off's host: its refreshes (one
+// every TTL/3) must leave room for the hand-off's window (about 300 ms of
+// settling), or every window meets one. With the smoke run's 1 s TTL they
+// came every 333 ms, and the run failed now and then.
+const handoffTTL = 30 * time.Second
+
 // newHost starts a backend and an engine on a fresh prefix (or the given one).
 func (g *gcsRun) newHost(ctx context.Context, prefix string) (*gcsHost, string, error) {
 	return g.newHostLoss(ctx, prefix, nil)
@@ -158,15 +165,25 @@ func (g *gcsRun) newHost(ctx context.Context, prefix string) (*gcsHost, string, 
 // newHostLoss is newHost with an engine that reports every lost hold to
 // onLoss.
 func (g *gcsRun) newHostLoss(ctx context.Context, prefix string, onLoss func(lockmgr.LostHold)) (*gcsHost, string, error) {
+	return g.newHostTTL(ctx, prefix, g.ttl, onLoss)
+}
+
+// newHostTTL is newHostLoss with a TTL of its own; the run's refresh
+// interval is recorded from hosts with the run's TTL only.
+func (g *gcsRun) newHostTTL(ctx context.Context, prefix string, ttl time.Duration, onLoss func(lockmgr.LostHold)) (*gcsHost, string, error) {
 	g.seq++
 	if prefix == "" {
 		prefix = fmt.Sprintf("run%d/", g.seq)
 	}
-	b, err := gcsbackend.New(ctx, g.gcsConfig(prefix, fmt.Sprintf("bench-host-%d", g.seq)))
+	cfg := g.gcsConfig(prefix, fmt.Sprintf("bench-host-%d", g.seq))
+	cfg.TTL = ttl
+	b, err := gcsbackend.New(ctx, cfg)
 	if err != nil {
 		return nil, "", err
 	}
-	g.refreshInterval = b.Config().RefreshInterval
+	if ttl == g.ttl {
+		g.refreshInterval = b.Config().RefreshInterval
+	}
 	e, err := lockmgr.New(lockmgr.Config{Backend: b, Processes: soloProcs{}, Host: b.HostID(), OnLoss: onLoss})
 	if err != nil {
 		b.Close()
@@ -241,12 +258,12 @@ func (g *gcsRun) counts(ctx context.Context) error {
 
 // handoff: process 1 holds gcsLock, process 2 of the same host waits for
 // it; the requests from 1's release to 2's grant (and the settling after)
-// are counted. A repetition in which a refresh fell into the window is
-// run again.
+// are counted. The host's TTL is handoffTTL; a repetition in which a
+// refresh fell into the window all the same is run again.
 func (g *gcsRun) handoff(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	h, _, err := g.newHost(ctx, "")
+	h, _, err := g.newHostTTL(ctx, "", handoffTTL, nil)
 	if err != nil {
 		return err
 	}
