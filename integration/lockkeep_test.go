@@ -12,11 +12,16 @@ import (
 // for --keep-shared-locks (5 ms by default), so the next lock at that depth
 // needs no flock(2) per level.
 
-// depth4Pair takes and releases a/b/c/d's lock through the mount once.
+// depth4Pair takes and releases a/b/c/d's lock through the mount once,
+// with an explicit unlock (flock -u), which the mount has answered when
+// flock returns. "flock -x FILE true" released the lock only with the
+// descriptor's last close, whose RELEASE the kernel sends after the
+// process has exited: an rmdir right after it found the lock still held
+// (EBUSY) in one CI run.
 func depth4Pair(t *testing.T, m *Mount) {
 	t.Helper()
-	if r := run(t, 30*time.Second, "flock", "-x", m.path("a/b/c/d/.lock"), "true"); r.code != 0 {
-		t.Fatalf("flock -x a/b/c/d/.lock true: %v", r)
+	if r := run(t, 30*time.Second, "sh", "-c", `exec 9>"$1" && flock -x 9 && flock -u 9`, "sh", m.path("a/b/c/d/.lock")); r.code != 0 {
+		t.Fatalf("flock -x, then flock -u, of a/b/c/d/.lock: %v", r)
 	}
 }
 
