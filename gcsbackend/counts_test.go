@@ -135,7 +135,10 @@ func TestThousandHeldCostHeartbeatsOnly(t *testing.T) {
 		t.Errorf("%d losses", d.Losses)
 	}
 	// About 3 heartbeats per TTL (jitter: 2.7 to 3.3); nothing per lock.
-	if d.Writes < 6 || d.Writes > 15 || d.Writes != d.Refreshes {
+	// A write is counted when it is sent and a heartbeat when it lands,
+	// so one in flight at either end of the window counts on one side
+	// only (CI once saw 8 writes and 9 heartbeats).
+	if d.Writes < 6 || d.Writes > 15 || d.Writes > d.Refreshes+1 || d.Refreshes > d.Writes+1 {
 		t.Errorf("%d writes (%d heartbeats) in 3 TTLs; want the heartbeats only, about 9", d.Writes, d.Refreshes)
 	}
 	for _, l := range leases {
