@@ -114,6 +114,7 @@ func New(cfg Config) (*Backend, error) {
 		closeCtx:    closeCtx,
 		closeCancel: closeCancel,
 		leases:      make(map[*lease]struct{}),
+		idle:        idleSet{reuse: idleReuse},
 	}, nil
 }
 

@@ -40,6 +40,9 @@ type idleFile struct {
 // idleSet is the set of idle descriptors, oldest first. It is guarded by
 // Backend.mu.
 type idleSet struct {
+	// reuse is how long a descriptor may be reused after its release:
+	// idleReuse (tests set it before the first claim).
+	reuse time.Duration
 	byRel map[string]*list.Element // of *idleFile
 	order list.List                // of *idleFile, oldest at the front
 }
@@ -76,7 +79,7 @@ func (s *idleSet) put(f *idleFile, expired []*os.File) []*os.File {
 func (s *idleSet) expire(now time.Time, expired []*os.File) []*os.File {
 	for e := s.order.Front(); e != nil; e = s.order.Front() {
 		f := e.Value.(*idleFile)
-		if s.order.Len() <= idleMax && now.Sub(f.since) <= idleReuse {
+		if s.order.Len() <= idleMax && now.Sub(f.since) <= s.reuse {
 			break
 		}
 		s.order.Remove(e)
@@ -148,7 +151,7 @@ func (b *Backend) putIdle(l *lease, shared bool) {
 func (b *Backend) parkLocked(rel string, file *os.File, writable bool) {
 	expired := b.idle.put(&idleFile{rel: rel, file: file, writable: writable, since: time.Now()}, nil)
 	if b.idleSweep == nil {
-		b.idleSweep = time.AfterFunc(idleReuse, b.sweepIdle)
+		b.idleSweep = time.AfterFunc(b.idle.reuse, b.sweepIdle)
 	}
 	b.mu.Unlock()
 	closeAll(expired)
@@ -168,7 +171,7 @@ func (b *Backend) sweepIdle() {
 	now := time.Now()
 	expired := b.idle.expire(now, nil)
 	if e := b.idle.order.Front(); e != nil {
-		b.idleSweep.Reset(e.Value.(*idleFile).since.Add(idleReuse).Sub(now) + time.Millisecond)
+		b.idleSweep.Reset(e.Value.(*idleFile).since.Add(b.idle.reuse).Sub(now) + time.Millisecond)
 	} else {
 		b.idleSweep = nil
 	}

@@ -17,6 +17,11 @@ func fileOf(l lockmgr.Lease) *os.File { return l.(*lease).file }
 func TestIdleDescriptorIsReusedUnlocked(t *testing.T) {
 	src := newSource(t, "d")
 	b := newBackend(t, src)
+	// The outsider's flock(1) below takes longer than idleReuse on a
+	// loaded machine (CI once saw the descriptor expire meanwhile): here
+	// it stays reusable for a minute; the control below has its own
+	// backend, with idleReuse.
+	b.idle.reuse = time.Minute
 	file := filepath.Join(src, "d", "..LOCK")
 
 	l1 := mustClaim(t, b, dirID("d"), lockmgr.Exclusive)
@@ -36,11 +41,17 @@ func TestIdleDescriptorIsReusedUnlocked(t *testing.T) {
 	}
 	l2.Release(context.Background())
 
-	// Control: past idleReuse the descriptor is closed, not reused.
+	// Control: past idleReuse the descriptor is closed, not reused (on a
+	// backend of its own; b lets go of the shared claim it keeps first).
+	b.DropKept()
+	b2 := newBackend(t, src)
+	l4 := mustClaim(t, b2, dirID("d"), lockmgr.Exclusive)
+	f4 := fileOf(l4)
+	l4.Release(context.Background())
 	time.Sleep(2 * idleReuse)
-	l3 := mustClaim(t, b, dirID("d"), lockmgr.Exclusive)
+	l3 := mustClaim(t, b2, dirID("d"), lockmgr.Exclusive)
 	defer l3.Release(context.Background())
-	if fileOf(l3) == f1 {
+	if fileOf(l3) == f4 {
 		t.Fatal("a descriptor idle for longer than idleReuse was reused")
 	}
 }
