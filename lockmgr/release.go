@@ -107,8 +107,11 @@ func (e *Engine) settleLocked(ls *lockState) {
 			// doing so would wait for each other.
 			return
 		}
-		ls.busy, ls.settling = true, true
 		release := need == 0 || lease.Err() != nil
+		ls.busy, ls.settling, ls.settleTo = true, true, need
+		if release {
+			ls.settleTo = 0
+		}
 		if release {
 			ls.unwatchLocked()
 		}
