@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // lockfs runs the lockfs binary to completion.
@@ -238,13 +240,19 @@ func TestMountRefusesMountpointInsideSourceViaBind(t *testing.T) {
 // TestMountOptionFlag: lockfs mount -o takes the fstab options (the same
 // table as mount.fuse.lockfs), ignoring mount(8)'s generic ones.
 func TestMountOptionFlag(t *testing.T) {
+	// The "mounted" line may be written a moment after the mount shows:
+	// poll the log for it.
+	logSays := func(m *Mount, s string) bool {
+		return testutil.Poll(10*time.Second, func() bool { return strings.Contains(m.logText(), `msg="mounted `) }) &&
+			strings.Contains(m.logText(), s)
+	}
 	m := mount(t, withArgs("-o", "on_lease_loss=SIGUSR1,_netdev,log-wait-over=2"))
-	if !strings.Contains(m.logText(), "on_lease_loss=SIGUSR1") {
+	if !logSays(m, "on_lease_loss=SIGUSR1") {
 		t.Errorf("-o on_lease_loss=SIGUSR1 not in effect; log:\n%s", m.logText())
 	}
 	// Control: without -o, the default.
 	d := mount(t)
-	if !strings.Contains(d.logText(), "on_lease_loss=SIGTERM") {
+	if !logSays(d, "on_lease_loss=SIGTERM") {
 		t.Errorf("default on_lease_loss not SIGTERM; log:\n%s", d.logText())
 	}
 }
