@@ -107,11 +107,8 @@ func (e *Engine) settleLocked(ls *lockState) {
 			// doing so would wait for each other.
 			return
 		}
+		ls.busy = true
 		release := need == 0 || lease.Err() != nil
-		ls.busy, ls.settling, ls.settleTo = true, true, need
-		if release {
-			ls.settleTo = 0
-		}
 		if release {
 			ls.unwatchLocked()
 		}
@@ -125,7 +122,7 @@ func (e *Engine) settleLocked(ls *lockState) {
 			err = lease.Convert(ctx, need, false)
 		}
 		e.mu.Lock()
-		ls.busy, ls.settling = false, false
+		ls.busy = false
 		if release {
 			ls.lease = nil
 		}
