@@ -104,8 +104,8 @@ func (c *claimRec) mode() lockmgr.Mode { return parseMode(c.Mode) }
 
 // parseMode reads a mode; an unknown one conflicts with everything.
 func parseMode(s string) lockmgr.Mode {
-	if s == "shared" {
-		return lockmgr.Shared
+	if m, err := lockmgr.ParseMode(s); err == nil {
+		return m
 	}
 	return lockmgr.Exclusive
 }

@@ -85,11 +85,8 @@ func ParseClaimRecord(line string) ClaimRecord {
 		case "host":
 			c.Host = v
 		case "mode":
-			switch v {
-			case "shared":
-				c.Mode = Shared
-			case "exclusive":
-				c.Mode = Exclusive
+			if m, err := ParseMode(v); err == nil {
+				c.Mode = m
 			}
 		case "since":
 			if t, err := time.Parse(time.RFC3339, v); err == nil {

@@ -67,6 +67,18 @@ func (m Mode) String() string {
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }
 
+// ParseMode is the inverse of Mode.String for a held mode: "shared" or
+// "exclusive".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "shared":
+		return Shared, nil
+	case "exclusive":
+		return Exclusive, nil
+	}
+	return 0, fmt.Errorf("unknown lock mode %q (want shared or exclusive)", s)
+}
+
 // Conflicts is the protocol's one conflict rule: shared is compatible with
 // shared, exclusive conflicts with everything, and "not held" with nothing.
 // It is symmetric.
