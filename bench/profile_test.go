@@ -204,7 +204,7 @@ func TestProfileDaemon(t *testing.T) {
 	var ru unix.Rusage
 	unix.Getrusage(unix.RUSAGE_SELF, &ru)
 	msg := fmt.Sprintf("%d locks held: heap in use %.1f MiB -> %.1f MiB (%.2f KiB per lock); max RSS of the test process %.0f MiB",
-		held, float64(before)/(1<<20), float64(after)/(1<<20), float64(after-before)/1024/float64(held), float64(ru.Maxrss)/1024)
+		held, float64(before)/(1<<20), float64(after)/(1<<20), (float64(after)-float64(before))/1024/float64(held), float64(ru.Maxrss)/1024)
 	t.Log(msg)
 	if err := os.WriteFile(filepath.Join(out, "summary.txt"), []byte(msg+"\n"), 0o644); err != nil {
 		t.Fatal(err)
