@@ -241,8 +241,8 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, name string, mod
 			return nil, err
 		}
 	}
-	r := b.recFor(name, id, s)
-	if err := r.lock(ctx); err != nil {
+	r, err := b.lockRecFor(ctx, name, id, s)
+	if err != nil {
 		return nil, err
 	}
 	defer r.unlock()
@@ -315,6 +315,28 @@ func (b *Backend) recFor(name string, id lockmgr.LockID, s *session) *ownRec {
 		b.recs[name] = r
 	}
 	return r
+}
+
+// lockRecFor returns this session's record handle for object name,
+// holding its slot. The handle found may be dropped and forgotten (its
+// record given back to a waiter of another host, or idle) while this call
+// waits for its slot: a record then written through it would be unknown
+// to this host, and no want could ever get it dropped. So a handle that
+// left Backend.recs meanwhile is let go, and the current one taken.
+func (b *Backend) lockRecFor(ctx context.Context, name string, id lockmgr.LockID, s *session) (*ownRec, error) {
+	for {
+		r := b.recFor(name, id, s)
+		if err := r.lock(ctx); err != nil {
+			return nil, err
+		}
+		b.mu.Lock()
+		known := b.recs[name] == r
+		b.mu.Unlock()
+		if known {
+			return r, nil
+		}
+		r.unlock()
+	}
 }
 
 // enter registers an API call in progress, or fails once Close has begun.

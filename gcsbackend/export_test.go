@@ -2,6 +2,7 @@ package gcsbackend
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -96,4 +97,25 @@ func (b *Backend) LoseTrackOfRecord(id lockmgr.LockID) bool {
 	}
 	r.present, r.uncertain = false, true
 	return true
+}
+
+// HoldRecordSlot takes the slot of this host's record handle for id, as
+// the want poller does to drop a warm record, and returns the rest of such
+// a drop: the record is removed, the handle forgotten (no lease uses it)
+// and the slot let go.
+func (b *Backend) HoldRecordSlot(ctx context.Context, id lockmgr.LockID) (dropAndLetGo func(context.Context) error, err error) {
+	name := b.ObjectName(id)
+	b.mu.Lock()
+	r := b.recs[name]
+	b.mu.Unlock()
+	if r == nil {
+		return nil, fmt.Errorf("no record handle for %s", id)
+	}
+	if err := r.lock(ctx); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		defer r.unlock()
+		return b.dropLocked(ctx, r)
+	}, nil
 }

@@ -170,3 +170,69 @@ func TestHeldRecordsListWantsSlowly(t *testing.T) {
 		t.Fatalf("the other host's waiter after the release: %v", err)
 	}
 }
+
+// A claim that waits for its record's slot while the want poller drops
+// and forgets that record must not then write its record through the
+// forgotten handle: this host would not know that record, so no want
+// could ever get it dropped, and another host's waiter would be stranded
+// behind it for the life of the session (TestPorcupineHierarchyFourHosts
+// once saw five clients of three hosts blocked for 45 s by records no
+// engine held). Here the test takes the slot as the poller does, a claim
+// of the same host waits for it, and the drop forgets the handle; after
+// the claim is released, a second host must get the lock within a few
+// want polls. Control: without the check in lockRecFor the second host
+// waits out its 20 s.
+func TestClaimWaitingForDroppedRecordStaysKnown(t *testing.T) {
+	emu := gcstest.Start(t)
+	a, c := newBackend(t, emu, nil), newBackend(t, emu, nil)
+	id := dirLock("d")
+	ctx := ctxT(t, 90*time.Second)
+	l, err := a.Claim(ctx, id, lockmgr.Exclusive, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil { // kept warm
+		t.Fatal(err)
+	}
+	dropAndLetGo, err := a.HoldRecordSlot(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type claimed struct {
+		l   lockmgr.Lease
+		err error
+	}
+	got := make(chan claimed, 1)
+	go func() {
+		l, err := a.Claim(ctx, id, lockmgr.Exclusive, true)
+		got <- claimed{l, err}
+	}()
+	// The claim needs no request before it waits for the slot (the
+	// session is live and nobody asked for the lock): 200 ms is ample.
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case r := <-got:
+		t.Fatalf("the claim did not wait for the record's slot: %v", r.err)
+	default:
+	}
+	if err := dropAndLetGo(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	l3, err := c.Claim(wctx, id, lockmgr.Exclusive, true)
+	if err != nil {
+		_, _, holders, _ := a.ReadRecord(ctx, a.ObjectName(id))
+		t.Fatalf("another host's waiter is stranded by a record its host no longer knows (records: %v): %v", holders, err)
+	}
+	if err := l3.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
