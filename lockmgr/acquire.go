@@ -301,7 +301,13 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 // the queue on the grant.
 func (e *Engine) takeLocked(ctx context.Context, ls *lockState, s step, rc *reqCtx, w **waiter, out *outsideWait) (done bool, err error) {
 	need := maxMode(e.leaseModeLocked(ls), s.mode)
-	if !e.needsLease(s) || (ls.lease != nil && ls.lease.Mode() >= need && ls.lease.Err() == nil) {
+	// A lease being downgraded or released (settling) still reports its
+	// old mode: a hold that needs more than the mode it is going to
+	// (settleTo) would outlive it (an exclusive hold under a shared kernel
+	// flock, or any hold under no lease). One that needs no more, a shared
+	// hold during a downgrade to shared, is safe at once.
+	settleOK := !ls.settling || ls.settleTo >= need
+	if !e.needsLease(s) || (settleOK && ls.lease != nil && ls.lease.Mode() >= need && ls.lease.Err() == nil) {
 		if *w != nil {
 			e.dequeueLocked(ls, *w)
 			*w = nil

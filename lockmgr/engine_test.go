@@ -301,3 +301,62 @@ func TestLossOfAncestorLease(t *testing.T) {
 		t.Fatalf("release of a lost lock: %v", err)
 	}
 }
+
+// TestNoGrantOnSettlingLease: a hold is never granted on a lease whose
+// downgrade is in flight. The lease still reports its old mode during the
+// backend call; granting an exclusive hold on it then left that hold
+// under a shared lease once the call returned (TestModel once saw "held
+// exclusive but lease" with mode shared). Here process 100 holds x
+// exclusive and downgrades its hold to shared; while the backend's
+// downgrade is held at the gate, its child 101 asks for x exclusive: it
+// must get it only with an exclusive lease. Before the fix the child was
+// granted at once on the settling lease and the lease ended shared.
+func TestNoGrantOnSettlingLease(t *testing.T) {
+	tree, host := newFakeTree(), newMemHost()
+	tree.add(100, 1)
+	tree.add(101, 100)
+	e := newTestEngine(t, tree, host)
+	t.Cleanup(func() { e.Close() })
+	ctx := context.Background()
+	x := LockID{Path: "x", Kind: KindDir}
+	if _, err := e.Acquire(ctx, Request{Lock: x, Mode: Exclusive, Owner: Owner{OwnerFile, 1}, TID: 100, Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	host.mu.Lock()
+	host.downgradeGate = gate
+	host.mu.Unlock()
+	down := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(ctx, Request{Lock: x, Mode: Shared, Owner: Owner{OwnerFile, 1}, TID: 100, Wait: true})
+		down <- err
+	}()
+	// Wait until the downgrade is in flight (the lock's lease busy).
+	testutil.Eventually(t, "the downgrade in flight", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		ls := e.locks[x]
+		return ls != nil && ls.busy
+	})
+	child := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(ctx, Request{Lock: x, Mode: Exclusive, Owner: Owner{OwnerFile, 2}, TID: 101, Wait: true})
+		child <- err
+	}()
+	// Give the child's request time to reach the lock, then let the
+	// downgrade finish.
+	time.Sleep(100 * time.Millisecond)
+	close(gate)
+	if err := <-down; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-child; err != nil {
+		t.Fatalf("the child's exclusive request: %v", err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ls := e.locks[x]
+	if need := ls.heldModeLocked(); ls.lease == nil || ls.lease.Mode() < need {
+		t.Fatalf("x held %s but its lease is %v", need, ls.lease)
+	}
+}

@@ -179,6 +179,10 @@ type memHost struct {
 	noDone  bool // leases return a nil Done channel, as local ones do
 	// parked counts waits asleep on the current changed channel.
 	parked map[*memLease]chan struct{}
+	// downgradeGate, if set, is received from before a Convert that
+	// lowers a lease's mode takes effect (the lease keeps its old mode
+	// meanwhile, as a real backend's does during the call).
+	downgradeGate chan struct{}
 }
 
 // quiet reports how many backend waits are asleep with no wake-up pending.
@@ -297,6 +301,13 @@ func (l *memLease) Mode() Mode {
 }
 
 func (l *memLease) Convert(ctx context.Context, mode Mode, wait bool) error {
+	l.host.mu.Lock()
+	gate := l.host.downgradeGate
+	down := mode < l.mode
+	l.host.mu.Unlock()
+	if gate != nil && down {
+		<-gate
+	}
 	return l.host.waitFor(ctx, l.id, l, mode, wait)
 }
 

@@ -107,9 +107,12 @@ func (e *Engine) settleLocked(ls *lockState) {
 			// doing so would wait for each other.
 			return
 		}
-		ls.busy = true
 		release := need == 0 || lease.Err() != nil
+		// A settle waits for no other holder: a request without wait
+		// that meets it waits for it rather than fail (busyWaits).
+		ls.busy, ls.busyWaits, ls.settling, ls.settleTo = true, false, true, need
 		if release {
+			ls.settleTo = 0
 			ls.unwatchLocked()
 		}
 		e.mu.Unlock()
@@ -122,7 +125,7 @@ func (e *Engine) settleLocked(ls *lockState) {
 			err = lease.Convert(ctx, need, false)
 		}
 		e.mu.Lock()
-		ls.busy = false
+		ls.busy, ls.settling = false, false
 		if release {
 			ls.lease = nil
 		}
