@@ -288,6 +288,11 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 		if w == nil {
 			w = e.enqueueLocked(ls, s, rc)
 		}
+		// A lease claimed or upgraded for this request, which lost the
+		// lock to a hold granted meanwhile on the weaker lease, is more
+		// than the holds need: bring it down while the request waits.
+		// Other hosts may wait for it, and this lock's holders for them.
+		e.settleLocked(ls)
 		if err := e.sleepLocked(ctx, w, &sw); err != nil {
 			return err
 		}

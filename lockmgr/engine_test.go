@@ -360,3 +360,71 @@ func TestNoGrantOnSettlingLease(t *testing.T) {
 		t.Fatalf("x held %s but its lease is %v", need, ls.lease)
 	}
 }
+
+// TestNoStrongerLeaseWhileItsRequesterWaits: a lease upgraded for a
+// request that then cannot be granted is brought back down to what the
+// holds need while that request waits. Process 100 holds x/c exclusive
+// (so x shared) and asks for x exclusive: the lease's upgrade is held at
+// the gate; meanwhile process 200 is granted x shared on the lease, still
+// shared. Once the upgrade lands, 100's request conflicts with 200's hold
+// and waits. Its exclusive lease kept other hosts out of x and all below
+// it for as long as 200 held x: on GCS, with 200 waiting in turn for
+// another host that waited for x, three hosts waited out their deadlines
+// in TestPorcupineHierarchyFourHosts. The lease must go back to shared;
+// without the settle before the wait it stays exclusive.
+func TestNoStrongerLeaseWhileItsRequesterWaits(t *testing.T) {
+	tree, host := newFakeTree(), newMemHost()
+	tree.add(100, 1)
+	tree.add(200, 1)
+	e := newTestEngine(t, tree, host)
+	t.Cleanup(func() { e.Close() })
+	ctx := context.Background()
+	x := LockID{Path: "x", Kind: KindDir}
+	xc := LockID{Path: "x/c", Kind: KindDir}
+	p, r := Owner{OwnerFile, 1}, Owner{OwnerFile, 2}
+	if _, err := e.Acquire(ctx, Request{Lock: xc, Mode: Exclusive, Owner: p, TID: 100, Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	host.mu.Lock()
+	host.upgradeGate = gate
+	host.mu.Unlock()
+	up := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(ctx, Request{Lock: x, Mode: Exclusive, Owner: p, TID: 100, Wait: true})
+		up <- err
+	}()
+	testutil.Eventually(t, "the upgrade in flight", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		ls := e.locks[x]
+		return ls != nil && ls.busy
+	})
+	if _, err := e.Acquire(ctx, Request{Lock: x, Mode: Shared, Owner: r, TID: 200, Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	testutil.Eventually(t, "100's request queued behind 200's hold", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		ls := e.locks[x]
+		return ls != nil && ls.head != nil && ls.head.rc.req.TID == 100
+	})
+	testutil.Eventually(t, "x's lease back to shared while 100 waits", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		ls := e.locks[x]
+		return ls.lease != nil && !ls.busy && ls.lease.Mode() == Shared
+	})
+	if err := e.Release(ctx, x, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-up; err != nil {
+		t.Fatalf("100's exclusive request after 200's release: %v", err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ls := e.locks[x]; ls.lease == nil || ls.lease.Mode() != Exclusive {
+		t.Fatalf("x granted exclusive on lease %v", ls.lease)
+	}
+}

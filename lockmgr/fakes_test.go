@@ -183,6 +183,8 @@ type memHost struct {
 	// lowers a lease's mode takes effect (the lease keeps its old mode
 	// meanwhile, as a real backend's does during the call).
 	downgradeGate chan struct{}
+	// upgradeGate, likewise, before a Convert that raises it.
+	upgradeGate chan struct{}
 }
 
 // quiet reports how many backend waits are asleep with no wake-up pending.
@@ -303,9 +305,13 @@ func (l *memLease) Mode() Mode {
 func (l *memLease) Convert(ctx context.Context, mode Mode, wait bool) error {
 	l.host.mu.Lock()
 	gate := l.host.downgradeGate
-	down := mode < l.mode
+	if mode > l.mode {
+		gate = l.host.upgradeGate
+	} else if mode == l.mode {
+		gate = nil
+	}
 	l.host.mu.Unlock()
-	if gate != nil && down {
+	if gate != nil {
 		<-gate
 	}
 	return l.host.waitFor(ctx, l.id, l, mode, wait)
