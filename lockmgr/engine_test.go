@@ -322,22 +322,8 @@ func TestNoGrantOnSettlingLease(t *testing.T) {
 	if _, err := e.Acquire(ctx, Request{Lock: x, Mode: Exclusive, Owner: Owner{OwnerFile, 1}, TID: 100, Wait: true}); err != nil {
 		t.Fatal(err)
 	}
-	gate := make(chan struct{})
-	host.mu.Lock()
-	host.downgradeGate = gate
-	host.mu.Unlock()
-	down := make(chan error, 1)
-	go func() {
-		_, err := e.Acquire(ctx, Request{Lock: x, Mode: Shared, Owner: Owner{OwnerFile, 1}, TID: 100, Wait: true})
-		down <- err
-	}()
-	// Wait until the downgrade is in flight (the lock's lease busy).
-	testutil.Eventually(t, "the downgrade in flight", func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		ls := e.locks[x]
-		return ls != nil && ls.busy
-	})
+	gate, down := acquireAtGate(t, e, host, &host.downgradeGate,
+		Request{Lock: x, Mode: Shared, Owner: Owner{OwnerFile, 1}, TID: 100, Wait: true})
 	child := make(chan error, 1)
 	go func() {
 		_, err := e.Acquire(ctx, Request{Lock: x, Mode: Exclusive, Owner: Owner{OwnerFile, 2}, TID: 101, Wait: true})
@@ -385,21 +371,8 @@ func TestNoStrongerLeaseWhileItsRequesterWaits(t *testing.T) {
 	if _, err := e.Acquire(ctx, Request{Lock: xc, Mode: Exclusive, Owner: p, TID: 100, Wait: true}); err != nil {
 		t.Fatal(err)
 	}
-	gate := make(chan struct{})
-	host.mu.Lock()
-	host.upgradeGate = gate
-	host.mu.Unlock()
-	up := make(chan error, 1)
-	go func() {
-		_, err := e.Acquire(ctx, Request{Lock: x, Mode: Exclusive, Owner: p, TID: 100, Wait: true})
-		up <- err
-	}()
-	testutil.Eventually(t, "the upgrade in flight", func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		ls := e.locks[x]
-		return ls != nil && ls.busy
-	})
+	gate, up := acquireAtGate(t, e, host, &host.upgradeGate,
+		Request{Lock: x, Mode: Exclusive, Owner: p, TID: 100, Wait: true})
 	if _, err := e.Acquire(ctx, Request{Lock: x, Mode: Shared, Owner: r, TID: 200, Wait: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -427,4 +400,27 @@ func TestNoStrongerLeaseWhileItsRequesterWaits(t *testing.T) {
 	if ls := e.locks[x]; ls.lease == nil || ls.lease.Mode() != Exclusive {
 		t.Fatalf("x granted exclusive on lease %v", ls.lease)
 	}
+}
+
+// acquireAtGate sets one of host's gates (downgradeGate, upgradeGate),
+// starts req and waits until its backend call is in flight (the lock's
+// lease busy). It returns the gate, to be closed, and req's outcome.
+func acquireAtGate(t *testing.T, e *Engine, host *memHost, field *chan struct{}, req Request) (chan struct{}, <-chan error) {
+	t.Helper()
+	gate := make(chan struct{})
+	host.mu.Lock()
+	*field = gate
+	host.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(context.Background(), req)
+		done <- err
+	}()
+	testutil.Eventually(t, "the backend call in flight", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		ls := e.locks[req.Lock]
+		return ls != nil && ls.busy
+	})
+	return gate, done
 }
