@@ -91,13 +91,7 @@ func TestUnknownRecordIsDroppedWhenAsked(t *testing.T) {
 	a, c := newBackend(t, emu, nil), newBackend(t, emu, nil)
 	id := dirLock("d")
 	ctx := ctxT(t, 60*time.Second)
-	l, err := a.Claim(ctx, id, lockmgr.Exclusive, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil { // kept warm
-		t.Fatal(err)
-	}
+	keepWarm(ctx, t, a, id)
 	if !a.LoseTrackOfRecord(id) {
 		t.Fatal("no warm record to forget")
 	}
@@ -106,7 +100,7 @@ func TestUnknownRecordIsDroppedWhenAsked(t *testing.T) {
 	}
 	// A non-blocking claim asks and gives holders about one want poll:
 	// enough for a record its host still knows.
-	l, err = c.Claim(ctx, id, lockmgr.Exclusive, false)
+	l, err := c.Claim(ctx, id, lockmgr.Exclusive, false)
 	if err != nil {
 		_, _, holders, _ := a.ReadRecord(ctx, a.ObjectName(id))
 		t.Fatalf("a record its host lost track of blocks another host's claim: %v (records: %v)", err, holders)
@@ -187,13 +181,7 @@ func TestClaimWaitingForDroppedRecordStaysKnown(t *testing.T) {
 	a, c := newBackend(t, emu, nil), newBackend(t, emu, nil)
 	id := dirLock("d")
 	ctx := ctxT(t, 90*time.Second)
-	l, err := a.Claim(ctx, id, lockmgr.Exclusive, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil { // kept warm
-		t.Fatal(err)
-	}
+	keepWarm(ctx, t, a, id)
 	dropAndLetGo, err := a.HoldRecordSlot(ctx, id)
 	if err != nil {
 		t.Fatal(err)
@@ -233,6 +221,19 @@ func TestClaimWaitingForDroppedRecordStaysKnown(t *testing.T) {
 		t.Fatalf("another host's waiter is stranded by a record its host no longer knows (records: %v): %v", holders, err)
 	}
 	if err := l3.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// keepWarm claims id exclusively on b and releases it: b keeps the record
+// warm in the object.
+func keepWarm(ctx context.Context, t *testing.T, b *gcsbackend.Backend, id lockmgr.LockID) {
+	t.Helper()
+	l, err := b.Claim(ctx, id, lockmgr.Exclusive, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
