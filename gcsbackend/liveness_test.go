@@ -100,14 +100,7 @@ func TestUnknownRecordIsDroppedWhenAsked(t *testing.T) {
 	}
 	// A non-blocking claim asks and gives holders about one want poll:
 	// enough for a record its host still knows.
-	l, err := c.Claim(ctx, id, lockmgr.Exclusive, false)
-	if err != nil {
-		_, _, holders, _ := a.ReadRecord(ctx, a.ObjectName(id))
-		t.Fatalf("a record its host lost track of blocks another host's claim: %v (records: %v)", err, holders)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	claimPast(ctx, t, c, a, id, false, "a record its host lost track of blocks another host's claim")
 }
 
 // A host that only holds records lists its wants once per refresh
@@ -215,14 +208,7 @@ func TestClaimWaitingForDroppedRecordStaysKnown(t *testing.T) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	l3, err := c.Claim(wctx, id, lockmgr.Exclusive, true)
-	if err != nil {
-		_, _, holders, _ := a.ReadRecord(ctx, a.ObjectName(id))
-		t.Fatalf("another host's waiter is stranded by a record its host no longer knows (records: %v): %v", holders, err)
-	}
-	if err := l3.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	claimPast(wctx, t, c, a, id, true, "another host's waiter is stranded by a record its host no longer knows")
 }
 
 // keepWarm claims id exclusively on b and releases it: b keeps the record
@@ -232,6 +218,21 @@ func keepWarm(ctx context.Context, t *testing.T, b *gcsbackend.Backend, id lockm
 	l, err := b.Claim(ctx, id, lockmgr.Exclusive, false)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// claimPast claims id exclusively on c and releases it. If the claim
+// fails, the test fails with what, the error and the records that a
+// reads in the object.
+func claimPast(ctx context.Context, t *testing.T, c, a *gcsbackend.Backend, id lockmgr.LockID, wait bool, what string) {
+	t.Helper()
+	l, err := c.Claim(ctx, id, lockmgr.Exclusive, wait)
+	if err != nil {
+		_, _, holders, _ := a.ReadRecord(context.WithoutCancel(ctx), a.ObjectName(id))
+		t.Fatalf("%s: %v (records: %v)", what, err, holders)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
