@@ -285,6 +285,11 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 		if err := e.refuseCycleLocked(ls, s, rc, w, &sw); err != nil {
 			return err
 		}
+		// It now waits for a hold here, not for the backend: status
+		// must show it once, queued (a later backend wait enters the
+		// outside set again, with the queue entry).
+		out.leaveLocked()
+		out = outsideWait{}
 		if w == nil {
 			w = e.enqueueLocked(ls, s, rc)
 		}

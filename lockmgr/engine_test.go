@@ -389,6 +389,18 @@ func TestNoStrongerLeaseWhileItsRequesterWaits(t *testing.T) {
 		ls := e.locks[x]
 		return ls.lease != nil && !ls.busy && ls.lease.Mode() == Shared
 	})
+	// Status shows the request once, queued: it waited outside (for
+	// the upgrade) first. Before, it stayed in the outside set too and
+	// showed twice, once as waiting for the backend.
+	var mine []Waiter
+	for _, w := range e.Status(x).Waiters {
+		if w.Owner == p {
+			mine = append(mine, w)
+		}
+	}
+	if len(mine) != 1 || mine[0].Outside {
+		t.Errorf("status shows 100's waiting request as %+v, want it once, queued", mine)
+	}
 	if err := e.Release(ctx, x, r); err != nil {
 		t.Fatal(err)
 	}
