@@ -183,8 +183,10 @@ type memHost struct {
 	// lowers a lease's mode takes effect (the lease keeps its old mode
 	// meanwhile, as a real backend's does during the call).
 	downgradeGate chan struct{}
-	// upgradeGate, likewise, before a Convert that raises it.
+	// upgradeGate, likewise, before a Convert that raises it, and
+	// claimGate before a Claim.
 	upgradeGate chan struct{}
+	claimGate   chan struct{}
 }
 
 // quiet reports how many backend waits are asleep with no wake-up pending.
@@ -282,7 +284,11 @@ func (h *memHost) waitFor(ctx context.Context, id LockID, l *memLease, mode Mode
 func (b *memBackend) Claim(ctx context.Context, id LockID, mode Mode, wait bool) (Lease, error) {
 	b.host.mu.Lock()
 	b.host.claims++
+	gate := b.host.claimGate
 	b.host.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	l := &memLease{host: b.host, id: id, done: make(chan struct{}), backend: b}
 	if err := b.host.waitFor(ctx, id, l, mode, wait); err != nil {
 		return nil, err

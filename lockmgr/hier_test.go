@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // memHierBackend is a memBackend that says it checks the hierarchy itself
@@ -86,5 +88,60 @@ func TestHierarchicalBackendClaimsOnlyTheLock(t *testing.T) {
 		if err := e.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestNoLeaseKeptForABlockedHeadOverHierarchicalBackend: over a
+// HierarchicalBackend implicit holds need no lease, so a lock whose only
+// holds are implicit needs none. Process 100 asks for x exclusive; while
+// its claim is held at the gate, process 200 takes x/d shared, which
+// holds x shared implicitly. The claim lands and 100's request waits
+// behind that implicit hold. The lease must not be kept for 100 as the
+// queue's head "about to be granted": it would keep other hosts out of x
+// and all below it while 200 (which may wait for one of them) holds on.
+// TestPorcupineHierarchyFourHosts timed out this way (host3 holding h
+// exclusive for a queued request, behind a local request's implicit h
+// hold that waited for host2). Control: with the hand-over rule
+// unchanged, x stays claimed exclusive.
+func TestNoLeaseKeptForABlockedHeadOverHierarchicalBackend(t *testing.T) {
+	tree, host := newFakeTree(), newMemHost()
+	tree.add(100, 1)
+	tree.add(200, 1)
+	e, err := New(Config{Backend: &memHierBackend{memBackend{host: host}}, Processes: tree})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	ctx := context.Background()
+	x := LockID{Path: "x", Kind: KindDir}
+	xd := LockID{Path: "x/d", Kind: KindDir}
+	p, r := Owner{OwnerFile, 1}, Owner{OwnerFile, 2}
+	gate, up := acquireAtGate(t, e, host, &host.claimGate,
+		Request{Lock: x, Mode: Exclusive, Owner: p, TID: 100, Wait: true})
+	// 200's claim of x/d must not wait at the gate.
+	host.mu.Lock()
+	host.claimGate = nil
+	host.mu.Unlock()
+	if _, err := e.Acquire(ctx, Request{Lock: xd, Mode: Shared, Owner: r, TID: 200, Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	testutil.Eventually(t, "100's request queued behind 200's implicit hold", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		ls := e.locks[x]
+		return ls != nil && ls.head != nil && ls.head.rc.req.TID == 100 && !ls.busy
+	})
+	testutil.Eventually(t, "x given back while 100 waits", func() bool {
+		return claimedIDs(host)[x] == 0
+	})
+	if err := e.Release(ctx, xd, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-up; err != nil {
+		t.Fatalf("100's exclusive request after 200's release: %v", err)
+	}
+	if m := claimedIDs(host)[x]; m != Exclusive {
+		t.Fatalf("x granted exclusive with a claim of mode %v", m)
 	}
 }

@@ -99,12 +99,17 @@ func (e *Engine) settleLocked(ls *lockState) {
 		if need >= lease.Mode() && lease.Err() == nil {
 			return
 		}
-		if need == 0 && ls.head != nil && e.needsLease(ls.head.step) && lease.Err() == nil && lease.Mode() >= ls.head.step.mode {
+		if need == 0 && ls.head != nil && e.needsLease(ls.head.step) && lease.Err() == nil && lease.Mode() >= ls.head.step.mode &&
+			e.grantableLocked(ls, ls.head.step, ls.head.rc, ls.head) {
 			// A waiter is about to be granted: hand the lease over
 			// rather than give it back and claim it again. A lease too
 			// weak for it is given back instead: upgrading a claim that
 			// no hold needs would hold it while waiting, and two hosts
-			// doing so would wait for each other.
+			// doing so would wait for each other. So is a lease for a
+			// head that local holds still block (over a hierarchical
+			// backend, implicit ones that need no lease): kept, it
+			// would keep other hosts out for as long as those holds
+			// last, and they may be waiting for those very hosts.
 			return
 		}
 		release := need == 0 || lease.Err() != nil
