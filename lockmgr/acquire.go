@@ -289,7 +289,6 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 		// must show it once, queued (a later backend wait enters the
 		// outside set again, with the queue entry).
 		out.leaveLocked()
-		out = outsideWait{}
 		if w == nil {
 			w = e.enqueueLocked(ls, s, rc)
 		}
@@ -364,11 +363,13 @@ func (o *outsideWait) enterLocked(e *Engine, ls *lockState, s step, rc *reqCtx, 
 	ls.outside[o.w] = struct{}{}
 }
 
-// leaveLocked undoes enterLocked.
+// leaveLocked undoes enterLocked; a later enterLocked registers the
+// request again.
 func (o *outsideWait) leaveLocked() {
 	if o.w != nil {
 		delete(o.ls.outside, o.w)
 	}
+	*o = outsideWait{}
 }
 
 // selfWait is the grace of a thread that waits for its own hold.
