@@ -377,16 +377,10 @@ func TestNoStrongerLeaseWhileItsRequesterWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(gate)
-	testutil.Eventually(t, "100's request queued behind 200's hold", func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		ls := e.locks[x]
+	eventuallyLock(t, e, x, "100's request queued behind 200's hold", func(ls *lockState) bool {
 		return ls != nil && ls.head != nil && ls.head.rc.req.TID == 100
 	})
-	testutil.Eventually(t, "x's lease back to shared while 100 waits", func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		ls := e.locks[x]
+	eventuallyLock(t, e, x, "x's lease back to shared while 100 waits", func(ls *lockState) bool {
 		return ls.lease != nil && !ls.busy && ls.lease.Mode() == Shared
 	})
 	// Status shows the request once, queued: it waited outside (for
@@ -428,11 +422,19 @@ func acquireAtGate(t *testing.T, e *Engine, host *memHost, field *chan struct{},
 		_, err := e.Acquire(context.Background(), req)
 		done <- err
 	}()
-	testutil.Eventually(t, "the backend call in flight", func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		ls := e.locks[req.Lock]
+	eventuallyLock(t, e, req.Lock, "the backend call in flight", func(ls *lockState) bool {
 		return ls != nil && ls.busy
 	})
 	return gate, done
+}
+
+// eventuallyLock waits until cond holds for id's table entry (nil while
+// there is none), read under mu.
+func eventuallyLock(t *testing.T, e *Engine, id LockID, what string, cond func(ls *lockState) bool) {
+	t.Helper()
+	testutil.Eventually(t, what, func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return cond(e.locks[id])
+	})
 }

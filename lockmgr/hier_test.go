@@ -126,10 +126,7 @@ func TestNoLeaseKeptForABlockedHeadOverHierarchicalBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(gate)
-	testutil.Eventually(t, "100's request queued behind 200's implicit hold", func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		ls := e.locks[x]
+	eventuallyLock(t, e, x, "100's request queued behind 200's implicit hold", func(ls *lockState) bool {
 		return ls != nil && ls.head != nil && ls.head.rc.req.TID == 100 && !ls.busy
 	})
 	testutil.Eventually(t, "x given back while 100 waits", func() bool {
