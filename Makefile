@@ -11,6 +11,9 @@ BIN     := bin/lockfs
 VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || \
 	echo "v0.0.0-$$(git rev-list --count HEAD 2>/dev/null || echo 0)-g$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$$(git diff --quiet HEAD 2>/dev/null || echo -dirty)")
 LDFLAGS := -X main.version=$(VERSION)
+# Build tags of every lockfs build (internal/buildflags.Tags says why; keep
+# the two the same): the GCS client's gRPC-only dependencies stay out.
+TAGS    := disable_grpc_modules
 
 # The full kill-during-wait storm (`make storm`); `make test` runs 300 trials.
 STORM_TRIALS ?= 10000
@@ -20,7 +23,7 @@ STORM_TRIALS ?= 10000
 all: build
 
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/lockfs
+	$(GO) build -tags $(TAGS) -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/lockfs
 
 # Man pages, one per command, generated from the command tree into
 # $(MANBUILD) (not committed); `make install` installs them.
@@ -44,26 +47,26 @@ fmt-check:
 FORK := third_party/bazil.org/fuse
 
 vet:
-	$(GO) vet ./...
+	$(GO) vet -tags $(TAGS) ./...
 	cd $(FORK) && $(GO) vet ./...
 
 test: deps fmt-check vet
 	cd $(FORK) && $(GO) test -race -count=1 -timeout 10m ./...
-	$(GO) test -race -count=1 -timeout 40m ./...
+	$(GO) test -tags $(TAGS) -race -count=1 -timeout 40m ./...
 
 # The performance table (docs/BENCHMARKS.md): lockfs side by side with its
 # references in one run, about 5-8 minutes; writes bench/results.json.
 bench: deps
-	$(GO) run ./bench/cmd/lockfs-bench -out bench/results.json
+	$(GO) run -tags $(TAGS) ./bench/cmd/lockfs-bench -out bench/results.json
 
 # The harness at tiny sizes; `make test` runs it too (bench.TestSmoke).
 bench-smoke: deps
-	$(GO) test -count=1 -v -run 'TestSmoke' ./bench/
+	$(GO) test -tags $(TAGS) -count=1 -v -run 'TestSmoke' ./bench/
 
 # The full kill-during-wait storm: 10,000 waiters SIGKILLed at random instants
 # of their lock wait; none may be left in state D.
 storm: deps
-	LOCKFS_STORM_TRIALS=$(STORM_TRIALS) $(GO) test -race -count=1 -timeout 60m -v \
+	LOCKFS_STORM_TRIALS=$(STORM_TRIALS) $(GO) test -tags $(TAGS) -race -count=1 -timeout 60m -v \
 		-run 'TestKillDuringWaitStorm' ./integration/
 
 # Mount demo/source at demo/mnt in the foreground; Ctrl-C unmounts.
@@ -74,7 +77,7 @@ run: deps build
 # bin/lockfs and bin/fake-gcs-server, mounts demo/hostA/mnt and
 # demo/hostB/mnt with --backend gcs; Ctrl-C unmounts both, stops the emulator.
 run-multihost: deps
-	@GO="$(GO)" LDFLAGS="$(LDFLAGS)" scripts/run-multihost.sh
+	@GO="$(GO)" LDFLAGS="$(LDFLAGS)" TAGS="$(TAGS)" scripts/run-multihost.sh
 
 # Release artefacts in dist/ (gitignored): a static, stripped binary and a
 # .deb (nfpm, pinned as a Go tool in go.mod) with the binary, the mount
@@ -89,7 +92,7 @@ DEBVERSION := $(shell echo '$(VERSION)' | sed 's/^v//; s/-/+/g')
 dist:
 	rm -rf $(DIST)
 	mkdir -p $(DIST)/man $(DIST)/completion
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(DIST)/lockfs ./cmd/lockfs
+	CGO_ENABLED=0 $(GO) build -tags $(TAGS) -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(DIST)/lockfs ./cmd/lockfs
 	$(DIST)/lockfs gen-man $(DIST)/man
 	gzip -9n $(DIST)/man/*.1
 	$(DIST)/lockfs completion bash >$(DIST)/completion/lockfs.bash

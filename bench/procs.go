@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/buildflags"
 )
 
 // The helper binaries, built by the harness from these packages.
@@ -49,7 +51,7 @@ func moduleDir(ctx context.Context) (string, error) {
 // buildHelpers builds the helper binaries into dir (normal builds: no race
 // detector, whatever the harness itself was built with).
 func buildHelpers(ctx context.Context, modDir, dir string) error {
-	args := append([]string{"build", "-o", dir + "/"}, helperPkgs...)
+	args := append([]string{"build", "-tags", buildflags.Tags, "-o", dir + "/"}, helperPkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = modDir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

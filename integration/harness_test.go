@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfs/lockfs/internal/buildflags"
 	"github.com/lockfs/lockfs/internal/testutil"
 )
 
@@ -35,7 +36,7 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	lockfsBin = filepath.Join(dir, "lockfs")
-	args := []string{"build", "-o", lockfsBin}
+	args := []string{"build", "-tags", buildflags.Tags, "-o", lockfsBin}
 	if os.Getenv("LOCKFS_DAEMON_RACE") != "0" {
 		// The daemon runs with the race detector: a data race it hits during
 		// a test fails that test (see Mount.cleanup).

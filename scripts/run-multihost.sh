@@ -27,7 +27,7 @@ hosts=(A B)
 
 mkdir -p bin
 echo "run-multihost: building $bin and $emu (the emulator takes a minute the first time)"
-"$GO" build -ldflags "${LDFLAGS:-}" -o "$bin" ./cmd/lockfs
+"$GO" build -tags "${TAGS:-disable_grpc_modules}" -ldflags "${LDFLAGS:-}" -o "$bin" ./cmd/lockfs
 "$GO" build -o "$emu" github.com/fsouza/fake-gcs-server
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/lockfs-multihost.XXXXXX")
