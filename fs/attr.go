@@ -124,6 +124,13 @@ func (n *node) Setattr(ctx context.Context, req *fuse.SetattrRequest, resp *fuse
 				}()
 			}
 		}
+		if v.SetattrKillSUIDGID() {
+			// A truncate or chown by a caller without CAP_FSETID
+			// (setid.go); the reply carries the new mode.
+			if _, err := killSetID(fd); err != nil {
+				return err
+			}
+		}
 		if v.Size() {
 			if err := n.truncate(fd, int64(req.Size)); err != nil {
 				return err

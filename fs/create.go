@@ -227,6 +227,15 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 		if created {
 			return nil // st is the new file's, from newOwner
 		}
+		if req.OpenFlags&fuse.OpenKillSUIDGID != 0 && flags&unix.O_TRUNC != 0 {
+			// An existing file truncated by a caller without
+			// CAP_FSETID (setid.go).
+			if _, err := killSetID(fd); err != nil {
+				closeFd(fd)
+				fd = -1
+				return err
+			}
+		}
 		if err := fstat(fd, &st); err != nil {
 			closeFd(fd)
 			fd = -1
@@ -258,7 +267,7 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 	if f.openCache(&st, h.shared) {
 		resp.Flags |= fuse.OpenKeepCache
 	}
-	d.fs.openPassthrough(h, &resp.OpenResponse)
+	d.fs.openPassthrough(h, &st, &resp.OpenResponse)
 	setEntryAttr(ctx, f, &st)
 	resp.EntryValid = entryValid
 	return f, h, nil

@@ -102,12 +102,22 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 		closeFd(fd)
 		return nil, n.fs.fail("open", n.path(), err)
 	}
+	if req.OpenFlags&fuse.OpenKillSUIDGID != 0 && flags&unix.O_TRUNC != 0 {
+		if _, err := killSetID(fd); err != nil {
+			closeFd(fd)
+			return nil, n.fs.fail("open", n.path(), err)
+		}
+		if err := fstat(fd, &st); err != nil {
+			closeFd(fd)
+			return nil, n.fs.fail("open", n.path(), err)
+		}
+	}
 	h := n.newHandle(fd, flags, &st, req.Uid)
 	opened = true
 	if n.openCache(&st, h.shared) {
 		resp.Flags |= fuse.OpenKeepCache
 	}
-	n.fs.openPassthrough(h, resp)
+	n.fs.openPassthrough(h, &st, resp)
 	return h, nil
 }
 
@@ -271,6 +281,11 @@ func (h *fileHandle) Write(ctx context.Context, req *fuse.WriteRequest, resp *fu
 			h.n.forgetCache()
 		}
 	}()
+	if req.Flags&fuse.WriteKillSUIDGID != 0 {
+		if err := h.killSetID("write"); err != nil {
+			return err
+		}
+	}
 	if h.shared {
 		return h.writeShared(req, resp)
 	}
@@ -329,11 +344,31 @@ func (h *fileHandle) writeShared(req *fuse.WriteRequest, resp *fuse.WriteRespons
 	return nil
 }
 
-// FAllocate passes fallocate(2) through.
+// FAllocate passes fallocate(2) through. The kernel does not say whether
+// the caller has CAP_FSETID here: set-id bits are cleared unless it is
+// root (setid.go).
 func (h *fileHandle) FAllocate(ctx context.Context, req *fuse.FAllocateRequest) error {
 	defer h.n.forgetCache()
+	if req.Uid != 0 {
+		if err := h.killSetID("fallocate"); err != nil {
+			return err
+		}
+	}
 	if err := unix.Fallocate(h.of.fd, uint32(req.Mode), int64(req.Offset), int64(req.Length)); err != nil {
 		return h.n.fs.fail("fallocate", h.n.path(), err)
+	}
+	return nil
+}
+
+// killSetID clears h's file's set-id bits before a change by a caller
+// without CAP_FSETID (setid.go), and drops the mode the kernel keeps.
+func (h *fileHandle) killSetID(op string) error {
+	changed, err := killSetID(h.of.fd)
+	if err != nil {
+		return h.n.fs.fail(op, h.n.path(), err)
+	}
+	if changed {
+		h.n.fs.invalidateAttr(h.n)
 	}
 	return nil
 }

@@ -318,8 +318,15 @@ func (f *FS) Statfs(ctx context.Context, req *fuse.StatfsRequest, resp *fuse.Sta
 // checks permissions itself (default_permissions) and hands every flock and
 // fcntl lock to the daemon. There is no writeback cache: writes go to
 // SOURCE when the write(2) returns, so that programs writing SOURCE
-// directly see them.
+// directly see them. The daemon clears set-id bits (setid.go), so that the
+// kernel need not ask for security.capability before every write.
 func MountOptions(fsname string, allowOther bool) []fuse.MountOption {
+	return mountOptions(fsname, allowOther, true)
+}
+
+// mountOptions is MountOptions; without killPriv (a test's control) the
+// kernel clears set-id bits itself.
+func mountOptions(fsname string, allowOther, killPriv bool) []fuse.MountOption {
 	opts := []fuse.MountOption{
 		fuse.FSName(fsname),
 		fuse.Subtype("lockfs"),
@@ -328,6 +335,9 @@ func MountOptions(fsname string, allowOther bool) []fuse.MountOption {
 		fuse.LockingPOSIX(),
 		fuse.MaxReadahead(128 << 10),
 		fuse.AsyncRead(),
+	}
+	if killPriv {
+		opts = append(opts, fuse.HandleKillPriv())
 	}
 	if allowOther {
 		opts = append(opts, fuse.AllowOther())

@@ -106,7 +106,9 @@ func (f *FS) attachConn(conn *fuse.Conn) {
 		return
 	}
 	p.conn = conn
-	p.backingOpen = conn.BackingOpen
+	// Without CAP_FSETID: passthrough writes then clear set-id bits
+	// (setid.go).
+	p.backingOpen = backingOpenNoFSETID(conn.BackingOpen)
 	p.inodes = make(map[*File]*inodeIO)
 	p.warned = make(map[syscall.Errno]bool)
 	switch {
@@ -138,7 +140,7 @@ func (f *FS) PassthroughState() (on bool, why string) {
 // openPassthrough makes the open of h a passthrough open if it can be,
 // setting resp's flags and backing id, and records h's mode (released by
 // releasePassthrough). fd is h's backing descriptor.
-func (f *FS) openPassthrough(h *fileHandle, resp *fuse.OpenResponse) {
+func (f *FS) openPassthrough(h *fileHandle, st *inodeStat, resp *fuse.OpenResponse) {
 	p := &f.pt
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -152,6 +154,13 @@ func (f *FS) openPassthrough(h *fileHandle, resp *fuse.OpenResponse) {
 	if io == nil {
 		io = &inodeIO{}
 		p.inodes[n] = io
+	}
+	if io.pt == 0 && h.of.write && hasSetID(st) {
+		// Its writes reach the daemon, which clears the set-id bits
+		// for a writer without CAP_FSETID, as Linux does (setid.go).
+		io.cached++
+		h.io = ioCached
+		return
 	}
 	if io.pt == 0 && io.cached == 0 {
 		io.id = p.register(n, h.of.fd)

@@ -107,6 +107,10 @@ var ptTestPassthrough atomic.Bool
 
 func init() { ptTestPassthrough.Store(os.Getenv("LOCKFS_TEST_PASSTHROUGH") != "off") }
 
+// ptTestNoKillPriv, set by a test while it mounts, mounts without
+// FUSE_HANDLE_KILLPRIV_V2 (mountOptions), as a control.
+var ptTestNoKillPriv atomic.Bool
+
 // withPassthrough sets Config.Passthrough for one mount.
 func withPassthrough(on bool) func(*Config) { return func(c *Config) { c.Passthrough = on } }
 
@@ -152,7 +156,7 @@ func newPTMountAt(t testing.TB, src, mnt string, opts ...func(*Config)) *ptMount
 		eng.Close()
 		t.Fatal(err)
 	}
-	mopts := MountOptions("lockfs-test", true)
+	mopts := mountOptions("lockfs-test", true, !ptTestNoKillPriv.Load())
 	if cfg.Passthrough {
 		mopts = append(mopts, PassthroughOption(src))
 	}

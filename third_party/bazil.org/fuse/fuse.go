@@ -1150,6 +1150,7 @@ func (c *Conn) ReadRequest() (Request, error) {
 		}
 		if c.proto.GE(Protocol{7, 12}) {
 			r.Umask = fileMode(in.Umask) & os.ModePerm
+			r.OpenFlags = OpenRequestFlags(in.OpenFlags)
 		}
 		req = r
 
@@ -2088,6 +2089,9 @@ type CreateRequest struct {
 	Mode   os.FileMode
 	// Umask of the request.
 	Umask os.FileMode
+	// OpenFlags: OpenKillSUIDGID when the caller lacks CAP_FSETID and
+	// opens with O_TRUNC (with InitHandleKillPrivV2), as in OpenRequest.
+	OpenFlags OpenRequestFlags
 }
 
 var _ Request = (*CreateRequest)(nil)

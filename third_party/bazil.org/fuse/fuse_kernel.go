@@ -613,10 +613,10 @@ const (
 )
 
 type createIn struct {
-	Flags uint32
-	Mode  uint32
-	Umask uint32
-	_     uint32
+	Flags     uint32
+	Mode      uint32
+	Umask     uint32
+	OpenFlags uint32 // FUSE_OPEN_KILL_SUIDGID (7.33); padding before
 }
 
 func createInSize(p Protocol) uintptr {
