@@ -14,9 +14,10 @@ import (
 // takes it from about 300 to 480 MB/s, the GC ballast from 480 to 650.
 
 // defaultReadaheadKB is the kernel readahead lockfs asks for a mount: with
-// it the kernel keeps up to eight 128 KiB READ requests in flight
-// (bazil.org/fuse caps one request at 128 KiB), which the daemon serves in
-// parallel, instead of one at a time with the FUSE default of 128 KiB.
+// the FUSE default of 128 KiB the kernel reads a file through the mount
+// 128 KiB at a time, one READ after the other; with 1 MiB each READ is as
+// large as a request may be (the fork's max_pages, PATCHES.md 2), and the
+// next window's READ is sent while the reader consumes this one.
 const defaultReadaheadKB = 1024
 
 // setReadahead sets the readahead of the mount at mountpoint to kb KiB
