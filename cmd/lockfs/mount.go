@@ -168,6 +168,7 @@ func runMount(mf mountFlags, source, mountpoint string, stderr io.Writer) error 
 	}
 	ballast := newGCBallast()
 	defer runtime.KeepAlive(ballast)
+	raiseGOMAXPROCS()
 	if err := checkFUSE(); err != nil {
 		return err
 	}

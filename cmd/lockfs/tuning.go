@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 
 	"github.com/sirupsen/logrus"
@@ -67,3 +68,23 @@ const gcBallastSize = 16 << 20
 // newGCBallast allocates the ballast; keep it reachable (runtime.KeepAlive)
 // for as long as the daemon serves.
 func newGCBallast() []byte { return make([]byte, gcBallastSize) }
+
+// readerPs is how many Ps beyond the CPUs lockfs mount gives the Go
+// runtime (GOMAXPROCS), one per reader the bazil fork keeps waiting in
+// read(2) on /dev/fuse (fs.maxIdleReaders there: 4). A goroutine blocked
+// in a system call keeps its P. With GOMAXPROCS at the CPU count (2 here)
+// two waiting readers hold every P, and Go's sysmon takes one back from a
+// reader blocked for more than 20 µs and wakes a thread to look for other
+// work, which it does not find: on nearly every lock request
+// (docs/BENCHMARKS.md "Where a pair's time goes"). With a P to spare,
+// sysmon leaves blocked readers alone for 10 ms.
+const readerPs = 4
+
+// raiseGOMAXPROCS adds readerPs to the runtime's GOMAXPROCS, unless the
+// GOMAXPROCS environment variable sets it.
+func raiseGOMAXPROCS() {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + readerPs)
+}
