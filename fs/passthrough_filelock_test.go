@@ -303,7 +303,10 @@ func TestPTSQLiteConcurrentWriters(t *testing.T) {
 	errs := make(chan string, procs)
 	for p := 0; p < procs; p++ {
 		var b strings.Builder
-		b.WriteString("PRAGMA busy_timeout=10000;\n")
+		// A minute, as the integration writers wait: four writers
+		// fsyncing every row under -race on two CPUs have been seen to
+		// wait out 10 s ("database is locked").
+		b.WriteString("PRAGMA busy_timeout=60000;\n")
 		for i := 0; i < rows; i++ {
 			fmt.Fprintf(&b, "INSERT INTO t VALUES(%d, %d);\n", p, i)
 		}
