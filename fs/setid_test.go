@@ -82,6 +82,45 @@ func TestPTSetIDBitsClearedAsLinuxDoes(t *testing.T) {
 	}
 }
 
+// TestPTCapabilitiesDroppedOnWrite: a file's security.capability goes at
+// its next write through the mount, by nobody or by root, with
+// passthrough on and off, as on a local file system. Control: an open and
+// a read keep it.
+func TestPTCapabilitiesDroppedOnWrite(t *testing.T) {
+	testutil.RequireRoot(t, "to set security.capability and write as nobody")
+	// vfs_cap_data, little-endian: magic_etc 0x02000001 (revision 2,
+	// effective), permitted[0] 1 << 13 (cap_net_raw), the rest 0.
+	caps := []byte{0x01, 0, 0, 0x02, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	for _, on := range []bool{true, false} {
+		m, _ := newModeMount(t, on)
+		reachable(t, m)
+		for i, c := range []struct {
+			what    string
+			uid     uint32
+			script  string
+			dropped bool
+		}{
+			{"nobody appends", 65534, "echo x >> %s", true},
+			{"root appends", 0, "echo x >> %s", true},
+			{"nobody reads (control)", 65534, "cat %s >/dev/null", false},
+		} {
+			name := fmt.Sprintf("c%d", i)
+			setIDFile(t, m, name, 0o777)
+			if err := unix.Setxattr(m.s(name), "security.capability", caps, 0); err != nil {
+				t.Fatalf("setxattr security.capability: %v", err)
+			}
+			runAs(t, c.uid, c.uid, fmt.Sprintf(c.script, m.m(name)))
+			_, err := unix.Getxattr(m.s(name), "security.capability", make([]byte, 64))
+			switch {
+			case c.dropped && err != unix.ENODATA:
+				t.Errorf("passthrough %v, %s: security.capability still there (getxattr: %v)", on, c.what, err)
+			case !c.dropped && err != nil:
+				t.Errorf("passthrough %v, %s: security.capability gone (getxattr: %v)", on, c.what, err)
+			}
+		}
+	}
+}
+
 // TestPTSetIDClearedOnPassthroughWrite: a file given set-user-ID while it
 // is open for passthrough, written by nobody through a passthrough open:
 // the write never reaches the daemon, and SOURCE's file system clears the
