@@ -102,16 +102,6 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 		closeFd(fd)
 		return nil, n.fs.fail("open", n.path(), err)
 	}
-	if req.OpenFlags&fuse.OpenKillSUIDGID != 0 && flags&unix.O_TRUNC != 0 {
-		if _, err := killSetID(fd); err != nil {
-			closeFd(fd)
-			return nil, n.fs.fail("open", n.path(), err)
-		}
-		if err := fstat(fd, &st); err != nil {
-			closeFd(fd)
-			return nil, n.fs.fail("open", n.path(), err)
-		}
-	}
 	h := n.newHandle(fd, flags, &st, req.Uid)
 	opened = true
 	if n.openCache(&st, h.shared) {

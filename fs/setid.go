@@ -19,9 +19,11 @@ import (
 // one. With it the kernel asks once, and again only after it refreshes
 // the file's attributes. The daemon's part:
 //
-//   - a WRITE, a SETATTR of size or owner, an OPEN or CREATE with O_TRUNC
-//     that the kernel flags (the caller lacks CAP_FSETID) clears the bits
-//     (killSetID) before it changes the file;
+//   - a WRITE, a SETATTR of size or owner, or a CREATE with O_TRUNC that
+//     the kernel flags (the caller lacks CAP_FSETID) clears the bits
+//     (killSetID) before it changes the file. An open(O_TRUNC) arrives as
+//     a SETATTR of size: the mount does not take atomic O_TRUNC, so the
+//     kernel strips O_TRUNC from OPEN and never flags one;
 //   - FALLOCATE carries no flag: the bits are cleared when the caller is
 //     not root;
 //   - passthrough writes never reach the daemon. So a file that has the
