@@ -44,11 +44,20 @@ import (
 // mount (REMOVEXATTR) at the first write that finds it, and SOURCE's file
 // system at every write, the daemon's or the kernel's.
 
+// setIDBits returns the bits of a regular file's mode that a write by a
+// process without CAP_FSETID clears: set-user-ID, and set-group-ID if the
+// group may execute the file.
+func setIDBits(mode uint32) uint32 {
+	kill := uint32(unix.S_ISUID)
+	if mode&unix.S_IXGRP != 0 {
+		kill |= unix.S_ISGID
+	}
+	return mode & kill
+}
+
 // hasSetID reports whether a write by a process without CAP_FSETID would
 // clear bits of a regular file with attributes st.
-func hasSetID(st *inodeStat) bool {
-	return st.Mode&unix.S_ISUID != 0 || st.Mode&(unix.S_ISGID|unix.S_IXGRP) == unix.S_ISGID|unix.S_IXGRP
-}
+func hasSetID(st *inodeStat) bool { return setIDBits(st.Mode) != 0 }
 
 // killSetID clears the set-user-ID bit of the regular file behind fd, and
 // its set-group-ID bit if the group may execute it. It reports whether the
@@ -61,11 +70,8 @@ func killSetID(fd int) (bool, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return false, nil
 	}
-	kill := uint32(unix.S_ISUID)
-	if st.Mode&unix.S_IXGRP != 0 {
-		kill |= unix.S_ISGID
-	}
-	if st.Mode&kill == 0 {
+	kill := setIDBits(st.Mode)
+	if kill == 0 {
 		return false, nil
 	}
 	return true, unix.Chmod(procFdPath(fd), st.Mode&0o7777&^kill)
