@@ -37,6 +37,11 @@ type Config struct {
 	// the kernel and the daemon's privileges allow (passthrough.go); mount
 	// with PassthroughOption too.
 	Passthrough bool
+	// SpliceReads answers reads of 32 KiB and more that reach the daemon
+	// (files without passthrough) by splice(2) from SOURCE's page cache
+	// (fuse.ReadSplice): one copy per byte instead of two. Mount with
+	// SpliceReadsOption too, which keeps reads within what a pipe holds.
+	SpliceReads bool
 	// ReadDirPlus answers directory reads with every entry's attributes
 	// (FUSE_READDIRPLUS; dir.go), so that walks that stat what they list
 	// cost no lookup per name; mount with ReadDirPlusOption too.
@@ -343,6 +348,15 @@ func mountOptions(fsname string, allowOther, killPriv bool) []fuse.MountOption {
 		opts = append(opts, fuse.AllowOther())
 	}
 	return opts
+}
+
+// SpliceReadsOption caps the kernel's read requests at what a pipe can
+// carry with the reply header (fuse.SpliceReadMax: 1020 KiB with the
+// default pipe-max-size), for an FS with Config.SpliceReads. Without the
+// cap, the kernel's 1 MiB readahead requests would not fit, and would be
+// answered by pread.
+func SpliceReadsOption() fuse.MountOption {
+	return fuse.MaxRead(uint32(fuse.SpliceReadMax()))
 }
 
 // ReadDirPlusOption asks the kernel for READDIRPLUS on every directory

@@ -29,6 +29,8 @@ type ptMount struct {
 	fs  *FS
 	src string // SOURCE
 	mnt string // mount point
+	// conn is the mount's connection.
+	conn *fuse.Conn
 	// msgs counts the log messages of the mount by text.
 	msgs *msgCounter
 }
@@ -147,7 +149,7 @@ func newPTMountAt(t testing.TB, src, mnt string, opts ...func(*Config)) *ptMount
 		be.Close()
 		t.Fatal(err)
 	}
-	cfg := Config{Source: src, Logger: log, Engine: eng, Passthrough: ptTestPassthrough.Load(), ReadDirPlus: true}
+	cfg := Config{Source: src, Logger: log, Engine: eng, Passthrough: ptTestPassthrough.Load(), ReadDirPlus: true, SpliceReads: true}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -162,6 +164,9 @@ func newPTMountAt(t testing.TB, src, mnt string, opts ...func(*Config)) *ptMount
 	}
 	if cfg.ReadDirPlus {
 		mopts = append(mopts, ReadDirPlusOption())
+	}
+	if cfg.SpliceReads {
+		mopts = append(mopts, SpliceReadsOption())
 	}
 	conn, err := fuse.Mount(mnt, mopts...)
 	if err != nil {
@@ -206,7 +211,7 @@ func newPTMountAt(t testing.TB, src, mnt string, opts ...func(*Config)) *ptMount
 	if on, why := f.PassthroughState(); cfg.Passthrough && !on && conn.Features()&fuse.InitPassthrough != 0 && os.Geteuid() == 0 {
 		t.Fatalf("passthrough asked for, offered by the kernel, daemon root, yet off: %s", why)
 	}
-	return &ptMount{t: t, fs: f, src: src, mnt: mnt, msgs: msgs}
+	return &ptMount{t: t, fs: f, src: src, mnt: mnt, conn: conn, msgs: msgs}
 }
 
 // pollProbe makes the kernel ask once to poll a regular file of the fresh

@@ -79,6 +79,7 @@ type mountFlags struct {
 	readaheadKB int
 	passthrough string
 	readdirplus string
+	spliceReads string
 	listCtl     bool
 	maxOpen     int
 	keepShared  time.Duration
@@ -99,6 +100,7 @@ func addMountFlags(fs *pflag.FlagSet, mf *mountFlags) {
 	durationVarP(fs, &mf.slowWait, "log-wait-over", "", time.Second, "log waits longer than this: when they pass it, every minute while they last (naming who is in the way), and at the grant (0: never)")
 	fs.IntVar(&mf.readaheadKB, "readahead-kb", defaultReadaheadKB, "kernel readahead of the mount in KiB, for sequential reads (FUSE's default is 128; 0: leave it; needs root)")
 	fs.StringVar(&mf.passthrough, "passthrough", "auto", "FUSE passthrough of regular files' reads, writes and mmap: auto (where the kernel and CAP_SYS_ADMIN allow) or off")
+	fs.StringVar(&mf.spliceReads, "splice-reads", "on", "reads that reach the daemon (files without passthrough) go from SOURCE's page cache into the reply by splice(2), one copy per byte instead of two: on or off")
 	fs.StringVar(&mf.readdirplus, "readdirplus", "on", "directory reads carry every entry's attributes (FUSE READDIRPLUS), so ls -l, du, tar and rsync need no lookup per name: on or off")
 	fs.BoolVar(&mf.listCtl, "list-control-files", false, "list .lock, .lock_newdir and .lock_usage in readdir (by default they are found by name only)")
 	durationVarP(fs, &mf.keepShared, "keep-shared-locks", "", localbackend.DefaultKeepShared, "local backend: keep a released shared flock (an ancestor's) this long, so the next lock needs no system call; programs locking SOURCE directly wait at most this long for it (0: off; at most 1m)")
@@ -148,6 +150,9 @@ func runMount(mf mountFlags, source, mountpoint string, stderr io.Writer) error 
 	}
 	if mf.passthrough != "auto" && mf.passthrough != "off" {
 		return usagef("--passthrough %q: want auto or off", mf.passthrough)
+	}
+	if mf.spliceReads != "on" && mf.spliceReads != "off" {
+		return usagef("--splice-reads %q: want on or off", mf.spliceReads)
 	}
 	if mf.readdirplus != "on" && mf.readdirplus != "off" {
 		return usagef("--readdirplus %q: want on or off", mf.readdirplus)
@@ -288,7 +293,7 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 	}
 	f, err := fs.New(fs.Config{Source: paths.source, Engine: engine, Logger: log, Host: host, ObserveOp: m.FUSEOp,
 		ListControlFiles: mf.listCtl, MaxOpenPerUID: maxOpenPerUID(mf.maxOpen, raiseNofile(log)), Observer: m, KeepCacheUnsafe: keepCache,
-		Passthrough: mf.passthrough == "auto", ReadDirPlus: mf.readdirplus == "on"})
+		Passthrough: mf.passthrough == "auto", ReadDirPlus: mf.readdirplus == "on", SpliceReads: mf.spliceReads == "on"})
 	if err != nil {
 		return nil, err
 	}
@@ -299,6 +304,9 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 	}
 	if mf.readdirplus == "on" {
 		mopts = append(mopts, fs.ReadDirPlusOption())
+	}
+	if mf.spliceReads == "on" {
+		mopts = append(mopts, fs.SpliceReadsOption())
 	}
 	m.RegisterPassthrough(func() bool { on, _ := f.PassthroughState(); return on })
 	conn, err := fuse.Mount(paths.mountpoint, mopts...)

@@ -106,6 +106,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -133,6 +134,11 @@ type Conn struct {
 	// which made the garbage collector run every few requests.
 	spareMu sync.Mutex
 	spare   []*message // GUARDED_BY(spareMu)
+
+	// pipes are the empty pipes of splice replies (ReadResponse.Splice).
+	pipes pipePool
+	// spliced counts the reads answered by splice (SplicedReads).
+	spliced atomic.Uint64
 }
 
 // maxSpare bounds Conn.spare: the reader needs one buffer, and each write
@@ -623,11 +629,19 @@ func (malformedMessage) String() string {
 
 // Close closes the FUSE connection.
 func (c *Conn) Close() error {
+	c.pipes.closeAll()
 	c.wio.Lock()
 	defer c.wio.Unlock()
 	c.rio.Lock()
 	defer c.rio.Unlock()
 	return c.dev.Close()
+}
+
+// SplicedReads returns how many reads this connection answered by
+// splice(2) (ReadResponse.Splice), not counting those answered through
+// Data instead.
+func (c *Conn) SplicedReads() uint64 {
+	return c.spliced.Load()
 }
 
 // BackingOpen registers the open file fd as a backing file of this
@@ -2192,6 +2206,22 @@ func (r *ReadRequest) String() string {
 
 // Respond replies to the request with the given response.
 func (r *ReadRequest) Respond(resp *ReadResponse) {
+	if resp.Splice != nil {
+		if r.Size > 0 && r.Conn.spliceReply(uint64(r.ID), r.Offset, resp.Splice.FD, r.Size) {
+			r.Conn.spliced.Add(1)
+			putMessage(r.msg)
+			return
+		}
+		data, err := preadFull(resp.Splice.FD, resp.Data[:0], r.Offset, r.Size)
+		if err != nil {
+			if resp.Splice.Failed != nil {
+				err = resp.Splice.Failed(err)
+			}
+			r.RespondError(err)
+			return
+		}
+		resp = &ReadResponse{Data: data}
+	}
 	// The header and the data go out in one writev(2): no copy of up
 	// to maxWrite bytes into a new buffer.
 	hdr := newBuffer(0)
@@ -2207,9 +2237,52 @@ func (r *ReadRequest) Respond(resp *ReadResponse) {
 	putMessage(r.msg)
 }
 
+// preadFull reads up to size bytes of fd at off into buf (appending; a
+// new buffer if buf has not the room), short only at the end of the file.
+func preadFull(fd int, buf []byte, off int64, size int) ([]byte, error) {
+	if cap(buf) < size {
+		buf = make([]byte, 0, size)
+	}
+	buf = buf[:size]
+	done := 0
+	for done < size {
+		n, err := unix.Pread(fd, buf[done:], off+int64(done))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+		done += n
+	}
+	return buf[:done], nil
+}
+
 // A ReadResponse is the response to a ReadRequest.
 type ReadResponse struct {
 	Data []byte
+	// Splice, if set, asks Respond to answer with the request's Size
+	// bytes of a file, moved by splice(2) (splice_linux.go) so that they
+	// are copied once instead of twice. Where that cannot be done (the
+	// file ends first, the read is larger than SpliceReadMax, or splice
+	// fails), Respond reads them into Data, which must then be empty with
+	// room for Size bytes, and answers as without Splice.
+	Splice *ReadSplice
+}
+
+// ReadSplice names the file a read is answered from, for
+// ReadResponse.Splice.
+type ReadSplice struct {
+	// FD is an open descriptor of a regular file (not O_DIRECT), read
+	// at the request's Offset; it must stay open until Respond returns.
+	FD int
+	// Failed, if set, is told the error of a read through Data; the
+	// request is answered with the error it returns. Without it, with
+	// the read's own error.
+	Failed func(error) error
 }
 
 func (r *ReadResponse) String() string {

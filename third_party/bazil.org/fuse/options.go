@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -136,6 +137,21 @@ func ReadOnly() MountOption {
 func MaxReadahead(n uint32) MountOption {
 	return func(conf *mountConfig) error {
 		conf.maxReadahead = n
+		return nil
+	}
+}
+
+// MaxRead caps the size of the read requests the kernel sends, in bytes
+// (the kernel's max_read mount option; readahead is split into requests
+// of at most this much). With SpliceReadMax, it keeps reads small enough
+// for ReadResponse.Splice. 0 leaves the kernel's limit (max_pages).
+func MaxRead(n uint32) MountOption {
+	return func(conf *mountConfig) error {
+		if n == 0 {
+			delete(conf.options, "max_read")
+			return nil
+		}
+		conf.options["max_read"] = strconv.FormatUint(uint64(n), 10)
 		return nil
 	}
 }
