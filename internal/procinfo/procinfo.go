@@ -7,10 +7,12 @@
 package procinfo
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Root is the usual procfs mountpoint.
@@ -175,8 +177,15 @@ func Exited(root string, pid int) bool {
 		root = Root
 	}
 	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "stat"))
+	return exitedStat(b, err)
+}
+
+// exitedStat is Exited on the contents of /proc/PID/stat, or on the error
+// of reading it. A process reaped between the open and the read makes the
+// read fail with ESRCH: it has exited too.
+func exitedStat(b []byte, err error) bool {
 	if err != nil {
-		return os.IsNotExist(err)
+		return os.IsNotExist(err) || errors.Is(err, syscall.ESRCH)
 	}
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
