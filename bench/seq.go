@@ -64,23 +64,24 @@ func (r *runner) seq(ctx context.Context) error {
 	type series [5][]float64
 	var wr, wrBuf, rdCold, rdWarm series
 	// step measures fn on each side: lockfs and SOURCE alternately, then
-	// the two go-fuse mounts and lockfs without passthrough.
+	// go-fuse with passthrough, then go-fuse and lockfs without
+	// passthrough alternately (the two sides of the *_nopt ratios).
 	step := func(s *series, rep int, fn func(side int) (float64, error)) error {
 		var x [5]float64
-		err := alternate(rep, func() (err error) {
-			x[0], err = fn(0)
-			return err
-		}, func() (err error) {
-			x[1], err = fn(1)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		for i := 2; i < len(x); i++ {
-			if x[i], err = fn(i); err != nil {
+		side := func(i int) func() error {
+			return func() (err error) {
+				x[i], err = fn(i)
 				return err
 			}
+		}
+		if err := alternate(rep, side(0), side(1)); err != nil {
+			return err
+		}
+		if err := side(2)(); err != nil {
+			return err
+		}
+		if err := alternate(rep, side(3), side(4)); err != nil {
+			return err
 		}
 		for i := range x {
 			s[i] = append(s[i], x[i])
