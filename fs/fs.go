@@ -355,8 +355,25 @@ func mountOptions(fsname string, allowOther, killPriv bool) []fuse.MountOption {
 // default pipe-max-size), for an FS with Config.SpliceReads. Without the
 // cap, the kernel's 1 MiB readahead requests would not fit, and would be
 // answered by pread.
+//
+// Where pipes are smaller than spliceCapMin (pipe-max-size lowered by the
+// administrator), the cap would multiply the requests of every sequential
+// read; it is then left out, and the reads that do not fit a pipe are
+// answered by pread.
 func SpliceReadsOption() fuse.MountOption {
-	return fuse.MaxRead(uint32(fuse.SpliceReadMax()))
+	return fuse.MaxRead(uint32(spliceReadCap(fuse.SpliceReadMax())))
+}
+
+// spliceCapMin is the smallest read cap SpliceReadsOption sets.
+const spliceCapMin = 512 << 10
+
+// spliceReadCap is the max_read for pipes that carry reads of up to max
+// bytes: max, or 0 (no cap) below spliceCapMin.
+func spliceReadCap(max int) int {
+	if max < spliceCapMin {
+		return 0
+	}
+	return max
 }
 
 // ReadDirPlusOption asks the kernel for READDIRPLUS on every directory

@@ -62,3 +62,19 @@ func TestNoPTReadsGoBySplice(t *testing.T) {
 		t.Logf("splice %v: %d reads answered by splice", splice, n)
 	}
 }
+
+// TestSpliceReadCap: the mount's max_read is what a pipe carries (1020 KiB
+// with the default pipe-max-size), and no cap at all where pipes are so
+// small that the cap would split every large read into many requests.
+func TestSpliceReadCap(t *testing.T) {
+	for _, tc := range []struct{ max, want int }{
+		{1020 << 10, 1020 << 10},
+		{spliceCapMin, spliceCapMin},
+		{60 << 10, 0}, // pipe-max-size 64 KiB
+		{0, 0},        // pipe-max-size unreadable
+	} {
+		if got := spliceReadCap(tc.max); got != tc.want {
+			t.Errorf("spliceReadCap(%d) = %d, want %d", tc.max, got, tc.want)
+		}
+	}
+}
