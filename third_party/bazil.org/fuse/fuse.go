@@ -2208,7 +2208,6 @@ func (r *ReadRequest) String() string {
 func (r *ReadRequest) Respond(resp *ReadResponse) {
 	if resp.Splice != nil {
 		if r.Size > 0 && r.Conn.spliceReply(uint64(r.ID), r.Offset, resp.Splice.FD, r.Size) {
-			r.Conn.spliced.Add(1)
 			putMessage(r.msg)
 			return
 		}

@@ -176,10 +176,14 @@ func (c *Conn) spliceReply(unique uint64, off int64, fd int, size int) bool {
 	// for the mount's page cache (fuse_try_move_folio), which removes
 	// them from SOURCE's, and SEEK_DATA on SOURCE then reports a
 	// preallocated range that was read through the mount as a hole.
+	// Counted before the reply goes out: the reader may run, and look,
+	// as soon as the kernel has it.
+	c.spliced.Add(1)
 	c.wio.RLock()
 	n, err := unix.Splice(p.r, nil, c.fd(), nil, int(hdr.Len), 0)
 	c.wio.RUnlock()
 	if err != nil || n != int64(hdr.Len) {
+		c.spliced.Add(^uint64(0))
 		p.close()
 		return false
 	}

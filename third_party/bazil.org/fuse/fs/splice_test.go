@@ -3,6 +3,7 @@ package fs_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -180,5 +181,46 @@ func TestSpliceReadFailureAnswersFailedsError(t *testing.T) {
 	}
 	if n := conn.SplicedReads(); n != 0 {
 		t.Errorf("%d reads of a directory answered by splice", n)
+	}
+}
+
+// TestConcurrentSpliceReads: eight readers at once, each through its own
+// descriptor, get the file's bytes at their offsets while their replies go
+// through the connection's pool of pipes; a pipe shared by two replies at
+// once, or put back with bytes in it, would mix them up.
+func TestConcurrentSpliceReads(t *testing.T) {
+	const size, readers = 8 << 20, 8
+	f, data := newSpliceFile(t, size)
+	conn, dir := mountRec(t, &recFS{node: f}, fuse.MaxRead(uint32(fuse.SpliceReadMax())))
+	errs := make(chan string, readers)
+	for r := 0; r < readers; r++ {
+		go func(r int) {
+			fd, err := unix.Open(dir+"/f", unix.O_RDONLY, 0)
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			defer unix.Close(fd)
+			rnd := rand.New(rand.NewSource(int64(r)))
+			for round := 0; round < 16; round++ {
+				off := rnd.Intn(size)
+				n := 32<<10 + rnd.Intn(1<<20)
+				buf := make([]byte, n)
+				got, err := unix.Pread(fd, buf, int64(off))
+				if err != nil || !bytes.Equal(buf[:got], data[off:min(off+n, size)]) {
+					errs <- fmt.Sprintf("reader %d: pread %d at %d: %d bytes, %v; not the file's", r, n, off, got, err)
+					return
+				}
+			}
+			errs <- ""
+		}(r)
+	}
+	for r := 0; r < readers; r++ {
+		if e := <-errs; e != "" {
+			t.Error(e)
+		}
+	}
+	if conn.SplicedReads() == 0 {
+		t.Error("no read answered by splice")
 	}
 }
