@@ -2,6 +2,8 @@ package fuse
 
 import (
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -40,12 +42,9 @@ func SpliceReadMax() int {
 	if err != nil {
 		return 0
 	}
-	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			break
-		}
-		n = n*10 + int(c-'0')
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0
 	}
 	page := os.Getpagesize()
 	slots := min(n, wantPipeSize) / page
@@ -71,6 +70,11 @@ type pipePool struct {
 	mu     sync.Mutex
 	free   []*splicePipe // GUARDED_BY(mu)
 	closed bool          // GUARDED_BY(mu)
+	// grown is the size the kernel last let a new pipe grow to, asked
+	// for first by the next one (0: none grew yet). A pipe is closed
+	// after every short read, at each file's end, so new ones are
+	// common. GUARDED_BY(mu)
+	grown int
 }
 
 // get returns an empty pipe, a new one if none is free.
@@ -82,19 +86,21 @@ func (pp *pipePool) get() (*splicePipe, error) {
 		pp.mu.Unlock()
 		return p, nil
 	}
+	grown := pp.grown
 	pp.mu.Unlock()
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
 		return nil, err
 	}
 	p := &splicePipe{r: fds[0], w: fds[1]}
-	// A pipe that cannot grow keeps its 16 slots and still answers
-	// reads of up to 15 pages.
-	size, err := unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, wantPipeSize)
-	if err != nil {
-		size, err = unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, min(SpliceReadMax()+os.Getpagesize(), wantPipeSize))
-	}
-	if err != nil {
+	size, err := growPipe(p.w, grown)
+	if err == nil {
+		pp.mu.Lock()
+		pp.grown = size
+		pp.mu.Unlock()
+	} else {
+		// A pipe that cannot grow keeps its 16 slots and still
+		// answers reads of up to 15 pages.
 		size, err = unix.FcntlInt(uintptr(p.w), unix.F_GETPIPE_SZ, 0)
 	}
 	if err != nil {
@@ -103,6 +109,21 @@ func (pp *pipePool) get() (*splicePipe, error) {
 	}
 	p.slots = size / os.Getpagesize()
 	return p, nil
+}
+
+// growPipe grows the pipe whose write end is fd for splice replies and
+// returns its new size: to grown if that is set (the size an earlier
+// pipe got), else to wantPipeSize, or to what pipe-max-size allows.
+func growPipe(fd, grown int) (int, error) {
+	if grown > 0 {
+		if size, err := unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, grown); err == nil {
+			return size, nil
+		}
+	}
+	if size, err := unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, wantPipeSize); err == nil {
+		return size, nil
+	}
+	return unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, min(SpliceReadMax()+os.Getpagesize(), wantPipeSize))
 }
 
 // put keeps an empty pipe for reuse, or closes it.
