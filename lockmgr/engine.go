@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -77,6 +78,14 @@ type Engine struct {
 	onLoss  func(LostHold)
 	now     func() time.Time
 	obs     Observer
+	// yield runs after a Release that woke a waiter (runtime.Gosched).
+	// The wake-up put the waiter's goroutine first in this thread's run
+	// queue; yielding runs it here at once, so that it takes the lock and
+	// its caller answers the waiting process before the releaser's own
+	// answer goes out. Without it the Go scheduler wakes another thread to
+	// steal the waiter, or leaves it until the releaser blocks: one more
+	// thread wake-up per hand-off (docs/BENCHMARKS.md "Hand-off").
+	yield func()
 
 	// Constant data
 	host string
@@ -113,6 +122,9 @@ type Engine struct {
 	exitWork int
 	// closed: no new locks are taken. GUARDED_BY(mu)
 	closed bool
+	// wakes counts the wake-ups sent to queued waiters, so that Release
+	// knows whether it woke one (handOff). GUARDED_BY(mu)
+	wakes uint64
 
 	closing chan struct{}      // closed by Close, stops the lease watchers
 	ctx     context.Context    // cancelled by Close: ends backend waits
@@ -132,6 +144,7 @@ func New(cfg Config) (*Engine, error) {
 		onLoss:  cfg.OnLoss,
 		now:     cfg.Now,
 		obs:     cfg.Observer,
+		yield:   runtime.Gosched,
 		host:    cfg.Host,
 		locks:   make(map[LockID]*lockState),
 		waiting: make(map[int]*waiter),

@@ -20,7 +20,7 @@ package lockmgr
 // enqueueLocked appends a waiter for step s of rc to ls's queue.
 func (e *Engine) enqueueLocked(ls *lockState, s step, rc *reqCtx) *waiter {
 	ls.seq++
-	w := &waiter{step: s, rc: rc, since: e.now(), seq: ls.seq, wake: make(chan struct{}, 1)}
+	w := &waiter{step: s, rc: rc, since: e.now(), seq: ls.seq, wake: make(chan struct{}, 1), wakes: &e.wakes}
 	w.prev = ls.tail
 	if ls.tail != nil {
 		ls.tail.next = w
@@ -101,6 +101,9 @@ func (w *waiter) signal() {
 	w.signalled = true
 	select {
 	case w.wake <- struct{}{}:
+		if w.wakes != nil {
+			*w.wakes++
+		}
 	default:
 	}
 }

@@ -16,7 +16,14 @@ func (e *Engine) Release(ctx context.Context, id LockID, owner Owner) error {
 	}
 	id.Path = p
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	wakes := e.wakes
+	defer func() {
+		woke := e.wakes != wakes
+		e.mu.Unlock()
+		if woke {
+			e.yield()
+		}
+	}()
 	ls := e.locks[id]
 	var h *hold
 	if ls != nil {

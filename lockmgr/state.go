@@ -173,6 +173,8 @@ type waiter struct {
 	// signalled: a wake-up was sent that the waiter has not acted on yet
 	// (it clears this once it holds mu again). GUARDED_BY(Engine.mu)
 	signalled bool
+	// wakes is the engine's count of wake-ups sent (Engine.wakes).
+	wakes *uint64
 }
 
 // step is one lock of a request's plan: the implicit ancestor holds, then
