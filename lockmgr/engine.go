@@ -123,7 +123,7 @@ type Engine struct {
 	// closed: no new locks are taken. GUARDED_BY(mu)
 	closed bool
 	// wakes counts the wake-ups sent to queued waiters, so that Release
-	// knows whether it woke one (handOff). GUARDED_BY(mu)
+	// knows whether it woke one (yield). GUARDED_BY(mu)
 	wakes uint64
 
 	closing chan struct{}      // closed by Close, stops the lease watchers

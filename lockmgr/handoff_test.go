@@ -14,7 +14,9 @@ import (
 // grant is recorded by the time Release returns. The scheduler looks at its
 // global queue first on one schedule in 61, and then resumes the releaser
 // first: so most hand-offs of 50, not all, must show the grant. Control:
-// with the yield a no-op, none does.
+// with the yield a no-op, almost none does (a preemption of the releaser
+// between the wake-up and the look, after a 10 ms stall of its thread,
+// would let one through).
 func TestReleaseRunsTheWokenWaiter(t *testing.T) {
 	const rounds = 50
 	for _, tc := range []struct {
@@ -24,7 +26,7 @@ func TestReleaseRunsTheWokenWaiter(t *testing.T) {
 		atMost  int
 	}{
 		{"yield", runtime.Gosched, rounds * 4 / 5, rounds},
-		{"control: no yield", func() {}, 0, 0},
+		{"control: no yield", func() {}, 0, rounds / 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tree, host := newFakeTree(), newMemHost()
