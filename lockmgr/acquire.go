@@ -489,10 +489,9 @@ func (e *Engine) claimLocked(ctx context.Context, ls *lockState, need Mode, wait
 
 	bctx := ctx
 	if wait {
-		var cancel context.CancelFunc
-		bctx, cancel = context.WithCancel(ctx)
-		stop := context.AfterFunc(e.ctx, cancel)
-		defer func() { stop(); cancel() }()
+		cc := newClaimCtx(ctx, e.ctx)
+		defer cc.end()
+		bctx = cc
 	}
 	var err error
 	var fresh Lease
