@@ -204,13 +204,14 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mod
 		return nil, err
 	}
 	for attempt := 1; ; attempt++ {
-		f, writable, keptSince, err := b.claimOnce(ctx, id, mode, how, rel, wait)
+		bk, keptSince, err := b.claimOnce(ctx, id, mode, how, rel, wait)
 		if err != nil {
 			return nil, err
 		}
-		gone, err := b.unnamed(f, rel)
+		f := bk.file
+		gone, err := b.unnamed(bk, rel)
 		if err == nil && !gone {
-			l := newLease(b, id, rel, f, mode, writable)
+			l := newLease(b, id, rel, bk, mode)
 			l.keptSince = keptSince
 			return l, nil
 		}
@@ -239,58 +240,55 @@ const maxReopen = 16
 // kept shared claim of it (keep.go) or an idle descriptor (idle.go), and
 // takes the flock how on it, waiting if wait. It returns the open file,
 // holding the flock, and for a reused kept claim when it was first kept.
-func (b *Backend) claimOnce(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mode, how int, rel string, wait bool) (*os.File, bool, time.Time, error) {
-	var f *os.File
-	var writable, reused bool
+func (b *Backend) claimOnce(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mode, how int, rel string, wait bool) (backing, time.Time, error) {
+	var bk backing
+	var reused bool
 	if k, locked := b.takeKept(rel, mode == lockmgr.Shared); k != nil {
 		if locked {
-			return k.file, k.writable, k.since, nil // still holds LOCK_SH
+			return k.backing, k.since, nil // still holds LOCK_SH
 		}
-		f, writable, reused = k.file, k.writable, true
+		bk, reused = k.backing, true
 	} else {
-		f, writable, reused = b.takeIdle(rel)
+		bk, reused = b.takeIdle(rel)
 	}
 	if !reused {
 		err := fdDo(b.src, func(srcFD int) error {
 			var err error
-			f, writable, err = openBacking(srcFD, rel)
+			bk, err = openBacking(srcFD, rel)
 			return err
 		})
 		if err != nil {
-			return nil, false, time.Time{}, err
+			return backing{}, time.Time{}, err
 		}
 	}
+	f := bk.file
 	err := fdDo(f, func(fd int) error { return flockNB(fd, how) })
 	switch {
 	case err == nil:
 	case !wouldBlock(err):
 		f.Close()
-		return nil, false, time.Time{}, fmt.Errorf("flock %s: %w", rel, err)
+		return backing{}, time.Time{}, fmt.Errorf("flock %s: %w", rel, err)
 	case !wait:
 		f.Close()
-		return nil, false, time.Time{}, lockmgr.ErrWouldBlock
+		return backing{}, time.Time{}, lockmgr.ErrWouldBlock
 	default:
 		if err := b.waitFlock(ctx, f, mode, id); err != nil {
 			f.Close()
-			return nil, false, time.Time{}, err
+			return backing{}, time.Time{}, err
 		}
 	}
-	return f, writable, time.Time{}, nil
+	return bk, time.Time{}, nil
 }
 
-// unnamed reports whether f's file is no longer the backing file rel of
+// unnamed reports whether bk's file is no longer the backing file rel of
 // SOURCE: it was removed, or its directory was renamed. Whoever removes a
 // backing file (fs/rmdir.go) or renames a directory (GuardTree) holds its
 // flock exclusively while doing so, so a flock granted on it was granted
-// after the change, and this check, made after the grant, is exact.
-func (b *Backend) unnamed(f *os.File, rel string) (bool, error) {
-	var st unix.Stat_t
-	if err := fdDo(f, func(fd int) error { return unix.Fstat(fd, &st) }); err != nil {
-		return false, err
-	}
-	if st.Nlink == 0 {
-		return true, nil
-	}
+// after the change, and this check, made after the grant, is exact. It
+// compares what rel names now with the inode bk opened, which cannot
+// change or be reused while bk is open: a removed file is named by
+// nothing, so no fstat of bk for its link count is needed.
+func (b *Backend) unnamed(bk backing, rel string) (bool, error) {
 	var now unix.Stat_t
 	err := fdDo(b.src, func(srcFD int) error { return resolve.Lstat(srcFD, rel, resolveSafely, &now) })
 	switch {
@@ -299,7 +297,7 @@ func (b *Backend) unnamed(f *os.File, rel string) (bool, error) {
 	case err != nil:
 		return false, err
 	}
-	return now.Dev != st.Dev || now.Ino != st.Ino, nil
+	return uint64(now.Dev) != bk.dev || now.Ino != bk.ino, nil
 }
 
 // flockOp maps a mode to its flock(2) operation.

@@ -31,10 +31,9 @@ const (
 
 // idleFile is one unlocked descriptor of a released claim.
 type idleFile struct {
-	rel      string
-	file     *os.File
-	writable bool
-	since    time.Time // when it was released
+	rel string
+	backing
+	since time.Time // when it was released
 }
 
 // idleSet is the set of idle descriptors, oldest first. It is guarded by
@@ -105,15 +104,15 @@ func (s *idleSet) drain() []*os.File {
 // idleReuse and the backend is open, and closes the expired ones. Whether
 // its file still has a name is checked after the flock is granted, as for
 // a fresh open (Backend.claim).
-func (b *Backend) takeIdle(rel string) (*os.File, bool, bool) {
+func (b *Backend) takeIdle(rel string) (backing, bool) {
 	b.mu.Lock()
 	f, expired := b.idle.take(rel, time.Now(), nil)
 	b.mu.Unlock()
 	closeAll(expired)
 	if f == nil {
-		return nil, false, false
+		return backing{}, false
 	}
-	return f.file, f.writable, true
+	return f.backing, true
 }
 
 // putIdle forgets the released lease l and keeps its shared flock (keep.go)
@@ -142,14 +141,14 @@ func (b *Backend) putIdle(l *lease, shared bool) {
 		l.file.Close()
 		return
 	}
-	b.parkLocked(l.rel, l.file, l.writable)
+	b.parkLocked(l.rel, l.backing)
 }
 
 // parkLocked keeps an unlocked descriptor of rel for reuse, starts the
 // sweep that closes it once expired, unlocks b.mu and closes what the pool
 // let go. Called with b.mu held and b not closed.
-func (b *Backend) parkLocked(rel string, file *os.File, writable bool) {
-	expired := b.idle.put(&idleFile{rel: rel, file: file, writable: writable, since: time.Now()}, nil)
+func (b *Backend) parkLocked(rel string, bk backing) {
+	expired := b.idle.put(&idleFile{rel: rel, backing: bk, since: time.Now()}, nil)
 	if b.idleSweep == nil {
 		b.idleSweep = time.AfterFunc(b.idle.reuse, b.sweepIdle)
 	}

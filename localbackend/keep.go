@@ -1,7 +1,6 @@
 package localbackend
 
 import (
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -39,10 +38,9 @@ const keepMax = 64
 
 // keptFile is a released shared claim's descriptor, still holding LOCK_SH.
 type keptFile struct {
-	rel      string
-	file     *os.File
-	writable bool
-	since    time.Time // the release that first kept it
+	rel string
+	backing
+	since time.Time // the release that first kept it
 }
 
 // flockCalls counts flock(2) calls made through flockNB, for tests.
@@ -62,7 +60,7 @@ func (b *Backend) keep(l *lease, now time.Time) bool {
 	if b.kept == nil {
 		b.kept = make(map[string]*keptFile)
 	}
-	b.kept[l.rel] = &keptFile{rel: l.rel, file: l.file, writable: l.writable, since: since}
+	b.kept[l.rel] = &keptFile{rel: l.rel, backing: l.backing, since: since}
 	if b.keepSweep == nil {
 		b.keepSweep = time.AfterFunc(since.Add(b.keepFor).Sub(now), b.sweepKept)
 	}
@@ -148,6 +146,6 @@ func (b *Backend) unkeep(all []*keptFile) {
 			k.file.Close()
 			continue
 		}
-		b.parkLocked(k.rel, k.file, k.writable)
+		b.parkLocked(k.rel, k.backing)
 	}
 }

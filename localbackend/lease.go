@@ -3,7 +3,6 @@ package localbackend
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,10 +21,10 @@ type lease struct {
 	b *Backend
 
 	// Constant data
-	id       lockmgr.LockID
-	rel      string   // the backing file, relative to SOURCE
-	file     *os.File // the open file description holding the flock
-	writable bool     // file is open read-write, so NextToken can work
+	id  lockmgr.LockID
+	rel string // the backing file, relative to SOURCE
+	// backing's file is the open file description holding the flock.
+	backing
 	// keptSince is when the claim was first kept (keep.go) if it reuses a
 	// kept one, else zero: reuses do not extend keepFor.
 	keptSince time.Time
@@ -48,8 +47,8 @@ type lease struct {
 	tokenBusy atomic.Bool
 }
 
-func newLease(b *Backend, id lockmgr.LockID, rel string, f *os.File, mode lockmgr.Mode, writable bool) *lease {
-	return &lease{b: b, id: id, rel: rel, file: f, writable: writable, mode: mode}
+func newLease(b *Backend, id lockmgr.LockID, rel string, bk backing, mode lockmgr.Mode) *lease {
+	return &lease{b: b, id: id, rel: rel, backing: bk, mode: mode}
 }
 
 // Mode returns the mode the flock is held in, or 0 once the lease was lost
@@ -178,7 +177,7 @@ func (l *lease) tryUpgrade() (bool, error) {
 	// backing file, or a rename moved its directory (holding it
 	// exclusively), and the shared lock just re-taken is then on a file
 	// that is not this lock's any more.
-	if gone, err := l.b.unnamed(l.file, l.rel); err != nil || gone {
+	if gone, err := l.b.unnamed(l.backing, l.rel); err != nil || gone {
 		return false, l.lose(fmt.Sprintf("an upgrade attempt (%v) dropped the shared lock and the backing file was removed before it was re-taken (stat: %v)", exErr, err))
 	}
 	return false, nil

@@ -66,20 +66,29 @@ func backingPath(id lockmgr.LockID) (string, error) {
 // never make the backend create, open or lock a file outside SOURCE.
 const resolveSafely = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 
+// backing is an open backing file: the descriptor, whether it is open
+// read-write (so NextToken can work), and the inode it opens, which stays
+// the same for as long as the descriptor is open.
+type backing struct {
+	file     *os.File
+	writable bool
+	dev, ino uint64
+}
+
 // openBacking opens (creating if needed) the backing file rel beneath the
 // directory srcFD. It falls back to a read-only open of an existing file it
 // may not write (the claim still works; tokens do not). The result is a
 // regular file with exactly one link: anything else is refused, so a hard
 // link planted under a backing name cannot make NextToken overwrite some
 // other file.
-func openBacking(srcFD int, rel string) (f *os.File, writable bool, err error) {
+func openBacking(srcFD int, rel string) (backing, error) {
 	how := unix.OpenHow{
 		Flags:   unix.O_RDWR | unix.O_CREAT | unix.O_CLOEXEC | unix.O_NOFOLLOW,
 		Mode:    0o644,
 		Resolve: resolveSafely,
 	}
 	fd, err := openat2(srcFD, rel, &how)
-	writable = true
+	writable := true
 	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EROFS) {
 		how = unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: resolveSafely}
 		if rfd, rerr := openat2(srcFD, rel, &how); rerr == nil {
@@ -87,18 +96,18 @@ func openBacking(srcFD int, rel string) (f *os.File, writable bool, err error) {
 		}
 	}
 	if err != nil {
-		return nil, false, openError(rel, err)
+		return backing{}, openError(rel, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return nil, false, fmt.Errorf("stat %s: %w", rel, err)
+		return backing{}, fmt.Errorf("stat %s: %w", rel, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
 		unix.Close(fd)
-		return nil, false, fmt.Errorf("refusing %s: not a regular file with one link (mode %#o, %d links)", rel, st.Mode, st.Nlink)
+		return backing{}, fmt.Errorf("refusing %s: not a regular file with one link (mode %#o, %d links)", rel, st.Mode, st.Nlink)
 	}
-	return os.NewFile(uintptr(fd), rel), writable, nil
+	return backing{file: os.NewFile(uintptr(fd), rel), writable: writable, dev: uint64(st.Dev), ino: st.Ino}, nil
 }
 
 // openat2 opens rel beneath dirFD, whatever its length (resolve.Openat2).
