@@ -31,55 +31,43 @@ func removeHeld(t *testing.T, h *holder, file string, dir bool) {
 	h.release()
 }
 
+// TestClaimGrantedOnRemovedFileOpensAgain: the claim must hold the lock on
+// the file the name now leads to. In "replaced", another daemon has created
+// the backing file anew by the time the claim is granted, so the name leads
+// to a file again, another inode: unnamed compares inodes (with the
+// comparison left out, that case fails).
 func TestClaimGrantedOnRemovedFileOpensAgain(t *testing.T) {
-	testutil.CheckGoroutines(t)
-	src := newSource(t, "d")
-	b := newBackend(t, src)
-	file := filepath.Join(src, "d", "..LOCK")
+	for _, replaced := range []bool{false, true} {
+		name := map[bool]string{false: "removed", true: "replaced"}[replaced]
+		t.Run(name, func(t *testing.T) {
+			testutil.CheckGoroutines(t)
+			src := newSource(t, "d")
+			b := newBackend(t, src)
+			file := filepath.Join(src, "d", "..LOCK")
 
-	h := holdExternal(t, file, "", "-x")
-	res := claimAsync(context.Background(), b, dirID("d"), lockmgr.Exclusive, "")
-	waitingThroughFlock(t, 1) // the claim has the file open and waits on it
-	removeHeld(t, h, file, false)
-	r := <-res
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	defer r.lease.Release(context.Background())
-	// The claim must hold the lock on the file the name now leads to.
-	if externalTry(t, file, "-s") {
-		t.Fatal("flock -s -n on ..LOCK succeeded while the claim holds the lock: it holds the removed file")
-	}
-}
-
-// TestClaimGrantedOnReplacedFileOpensAgain: as above, but another daemon
-// has created the backing file anew by the time the claim is granted, so
-// the name leads to a file again: another inode. The claim must see that
-// its flock is on the removed one (unnamed compares inodes; with the
-// comparison left out, this fails).
-func TestClaimGrantedOnReplacedFileOpensAgain(t *testing.T) {
-	testutil.CheckGoroutines(t)
-	src := newSource(t, "d")
-	b := newBackend(t, src)
-	file := filepath.Join(src, "d", "..LOCK")
-
-	h := holdExternal(t, file, "", "-x")
-	res := claimAsync(context.Background(), b, dirID("d"), lockmgr.Exclusive, "")
-	waitingThroughFlock(t, 1) // the claim has the file open and waits on it
-	if err := os.Remove(file); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h.release()
-	r := <-res
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	defer r.lease.Release(context.Background())
-	if externalTry(t, file, "-s") {
-		t.Fatal("flock -s -n on the new ..LOCK succeeded while the claim holds the lock: it holds the removed file")
+			h := holdExternal(t, file, "", "-x")
+			res := claimAsync(context.Background(), b, dirID("d"), lockmgr.Exclusive, "")
+			waitingThroughFlock(t, 1) // the claim has the file open and waits on it
+			if replaced {
+				if err := os.Remove(file); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(file, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				h.release()
+			} else {
+				removeHeld(t, h, file, false)
+			}
+			r := <-res
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			defer r.lease.Release(context.Background())
+			if externalTry(t, file, "-s") {
+				t.Fatal("flock -s -n on ..LOCK succeeded while the claim holds the lock: it holds the removed file")
+			}
+		})
 	}
 }
 

@@ -11,35 +11,30 @@ import (
 // ends and when the engine's ends; a claim that never looks at it makes
 // no merge, and end cancels it either way.
 func TestClaimCtxEndsWithEither(t *testing.T) {
-	t.Run("request", func(t *testing.T) {
-		req, cancel := context.WithCancel(context.Background())
-		c := newClaimCtx(req, context.Background())
-		defer c.end()
-		done := c.Done()
-		select {
-		case <-done:
-			t.Fatal("control: done before either ended")
-		default:
-		}
-		cancel()
-		waitDone(t, done)
-		if !errors.Is(c.Err(), context.Canceled) {
-			t.Fatalf("Err %v, want Canceled", c.Err())
-		}
-	})
-	t.Run("engine", func(t *testing.T) {
-		stop, cancel := context.WithCancel(context.Background())
-		c := newClaimCtx(context.Background(), stop)
-		defer c.end()
-		done := c.Done()
-		select {
-		case <-done:
-			t.Fatal("control: done before either ended")
-		default:
-		}
-		cancel()
-		waitDone(t, done)
-	})
+	for _, which := range []string{"request", "engine"} {
+		t.Run(which, func(t *testing.T) {
+			req, stop := context.Background(), context.Background()
+			ended, cancel := context.WithCancel(context.Background())
+			if which == "request" {
+				req = ended
+			} else {
+				stop = ended
+			}
+			c := newClaimCtx(req, stop)
+			defer c.end()
+			done := c.Done()
+			select {
+			case <-done:
+				t.Fatal("control: done before either ended")
+			default:
+			}
+			cancel()
+			waitDone(t, done)
+			if !errors.Is(c.Err(), context.Canceled) {
+				t.Fatalf("Err %v, want Canceled", c.Err())
+			}
+		})
+	}
 	t.Run("unused", func(t *testing.T) {
 		c := newClaimCtx(context.Background(), context.Background())
 		c.end()
