@@ -238,8 +238,9 @@ const maxReopen = 16
 
 // claimOnce opens (creating if needed) the backing file rel, or reuses a
 // kept shared claim of it (keep.go) or an idle descriptor (idle.go), and
-// takes the flock how on it, waiting if wait. It returns the open file,
-// holding the flock, and for a reused kept claim when it was first kept.
+// takes the flock how on it, waiting if wait. It returns the open backing
+// file, holding the flock, and for a reused kept claim when it was first
+// kept.
 func (b *Backend) claimOnce(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mode, how int, rel string, wait bool) (backing, time.Time, error) {
 	var bk backing
 	var reused bool
