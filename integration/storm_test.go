@@ -87,24 +87,13 @@ func TestKillDuringWaitStorm(t *testing.T) {
 			w.cmd.Process.Kill()
 			t.Fatal("the waiter never entered flock(2)")
 		}
-		// The daemon has read the request once its status lists the
-		// waiter. Until then a SIGKILL takes the request back from the
-		// kernel's queue, and the waiter dies at once (a fixed 50 ms
+		// The daemon has read the request once the lock's status counts
+		// the waiter. Until then a SIGKILL takes the request back from
+		// the kernel's queue, and the waiter dies at once (a fixed 50 ms
 		// sleep here was too short once on a loaded CI machine).
-		pid := strconv.Itoa(w.cmd.Process.Pid)
-		var last result
-		if !testutil.Poll(10*time.Second, func() bool {
-			r := run(t, 10*time.Second, lockfsBin, "status", m.path("a"))
-			last = r
-			for _, line := range strings.Split(r.stdout, "\n") {
-				if f := strings.Fields(line); len(f) > 5 && f[2] == "waiting" && f[5] == pid {
-					return true
-				}
-			}
-			return false
-		}) {
+		if !testutil.Poll(10*time.Second, func() bool { return strings.Contains(readStatus(t, lock), "waiters 1\n") }) {
 			w.cmd.Process.Kill()
-			t.Fatalf("lockfs status never listed the waiter: %v", last)
+			t.Fatalf("the lock's status never counted the waiter:\n%s", readStatus(t, lock))
 		}
 		syscall.Kill(m.Pid(), syscall.SIGSTOP)
 		defer syscall.Kill(m.Pid(), syscall.SIGCONT)
