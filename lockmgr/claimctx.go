@@ -61,10 +61,3 @@ func (c *claimCtx) end() {
 		c.cancel()
 	}
 }
-
-// wasMerged reports whether the merge was made (tests).
-func (c *claimCtx) wasMerged() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.merged != nil
-}

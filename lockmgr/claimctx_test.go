@@ -118,3 +118,10 @@ func TestCloseEndsABackendWait(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// wasMerged reports whether the merge was made (tests).
+func (c *claimCtx) wasMerged() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.merged != nil
+}
