@@ -101,9 +101,7 @@ func (w *waiter) signal() {
 	w.signalled = true
 	select {
 	case w.wake <- struct{}{}:
-		if w.wakes != nil {
-			*w.wakes++
-		}
+		*w.wakes++ // set with wake by enqueueLocked
 	default:
 	}
 }
