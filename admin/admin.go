@@ -310,8 +310,11 @@ func (s *Server) serve(req *Request, uid int, reply *Reply) {
 // status renders the locks at or under p, as reader uid may see them.
 func (s *Server) status(p string, uid int) []Lock {
 	out := []Lock{}
-	for _, st := range s.cfg.Engine.Snapshot() {
-		if p != "." && st.Lock.Path != p && !strings.HasPrefix(st.Lock.Path, p+"/") {
+	under := func(id lockmgr.LockID) bool {
+		return p == "." || id.Path == p || strings.HasPrefix(id.Path, p+"/")
+	}
+	for _, st := range s.cfg.Engine.SnapshotTokens(under) {
+		if !under(st.Lock) {
 			continue
 		}
 		l := Lock{Path: st.Lock.Path, Kind: st.Lock.Kind.String(), Mode: st.Mode.String(), Lease: st.Lease,

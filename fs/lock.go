@@ -161,6 +161,9 @@ func (h *controlHandle) lock(ctx context.Context, req *fuse.LockRequest, wait bo
 		UID:   call.uid,
 		Wait:  wait,
 		Ino:   h.n.inode,
+		// The token is issued when the holder (or lockfs status) reads
+		// it, not on every grant: most flocks are never asked for it.
+		DeferToken: true,
 	})
 	if err != nil {
 		return c.refuse(call, err)

@@ -21,7 +21,11 @@ import (
 //
 //	you holder token=17               only when read through a descriptor that holds
 //	                                  the lock explicitly: the reader's own token,
-//	                                  then the word lost if its lease was lost
+//	                                  then the word lost if its lease was lost.
+//	                                  Tokens are issued at their first reading
+//	                                  (lockmgr.Request.DeferToken): this read
+//	                                  issues every shown holder's; 0: none
+//	                                  (lost before it was read, or not issuable)
 //	lock a/b/.lock                    the control file, relative to the mount root;
 //	                                  Go-quoted if the path has a character that
 //	                                  would need escaping (lockmgr.QuoteName)
@@ -70,7 +74,7 @@ import (
 // through handle reader.
 func (n *controlNode) statusText(reader *controlHandle, uid uint32) []byte {
 	id := n.lockID()
-	st := n.c.engine.Status(id)
+	st := n.c.engine.StatusTokens(id)
 
 	n.mu.Lock()
 	records := make(map[lockmgr.Owner]*controlHandle, len(n.owners))

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -194,6 +196,82 @@ func TestStatus(t *testing.T) {
 	r := sh(t, 15*time.Second, fmt.Sprintf(`exec 9<%s && flock -x 9 && cat <&9`, a))
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "you holder token=") {
 		t.Errorf("status read through the holding descriptor: want a first line \"you holder token=N\", got %v", r)
+	}
+}
+
+// TestTokenIssuedWhenRead: a lock through the mount whose fencing token
+// nobody reads leaves the counter in its backing file alone, so a flock
+// pair writes nothing to SOURCE; the token is issued, and written, when
+// the holder reads its status (or `lockfs lock` does, for LOCKFS_TOKEN),
+// and each one read is greater than the last. Control: those reads move
+// the counter, so the check of the unread grants can see a write.
+func TestTokenIssuedWhenRead(t *testing.T) {
+	m := mount(t, withSetup(func(src string) {
+		if err := os.MkdirAll(filepath.Join(src, "a"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}))
+	a := m.path("a/.lock")
+	counter := func() string {
+		t.Helper()
+		b, err := os.ReadFile(m.srcPath("a", "..LOCK"))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	readToken := func() string {
+		t.Helper()
+		r := sh(t, 15*time.Second, fmt.Sprintf(`exec 9<%s && flock -x 9 && head -n 1 <&9`, a))
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "you holder token=") {
+			t.Fatalf("status read through the holding descriptor: %v", r)
+		}
+		return strings.TrimSpace(strings.TrimPrefix(r.stdout, "you holder token="))
+	}
+	unread := func() {
+		t.Helper()
+		r := sh(t, 60*time.Second, fmt.Sprintf(`for i in $(seq 20); do flock -x %[1]s true && flock -s %[1]s true || exit 1; done`, a))
+		if r.code != 0 {
+			t.Fatalf("flock pairs: %v", r)
+		}
+	}
+
+	unread()
+	if c := counter(); c != "" {
+		t.Fatalf("after 40 unread grants the counter reads %q, want nothing written", c)
+	}
+	if tok := readToken(); tok != "1" {
+		t.Fatalf("first token read: %q, want 1", tok)
+	}
+	if c := counter(); c != "1" {
+		t.Fatalf("control: after the token was read the counter reads %q, want 1", c)
+	}
+	unread()
+	if c := counter(); c != "1" {
+		t.Fatalf("after 40 more unread grants the counter reads %q, want 1", c)
+	}
+	if tok := readToken(); tok != "2" {
+		t.Fatalf("second token read: %q, want 2", tok)
+	}
+	r := run(t, 30*time.Second, lockfsBin, "lock", m.path("a"), "--", "sh", "-c", `echo "$LOCKFS_TOKEN"`)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "3" {
+		t.Fatalf("lockfs lock through the mount: LOCKFS_TOKEN: %v, want 3", r)
+	}
+	if c := counter(); c != "3" {
+		t.Fatalf("after lockfs lock the counter reads %q, want 3", c)
+	}
+	// lockfs status shows a holder's token, issuing it if nobody had.
+	h := holder(t, a)
+	defer h.kill()
+	if c := counter(); c != "3" {
+		t.Fatalf("with an unread holder the counter reads %q, want 3", c)
+	}
+	r = run(t, 10*time.Second, lockfsBin, "status", "--json", m.path("a"))
+	if r.code != 0 || !strings.Contains(r.stdout, `"token": 4`) {
+		t.Fatalf("lockfs status --json with a holder: want its token 4: %v", r)
+	}
+	if c := counter(); c != "4" {
+		t.Fatalf("after lockfs status the counter reads %q, want 4", c)
 	}
 }
 

@@ -28,12 +28,20 @@ type Request struct {
 	// its flock hold remains, the engine looks for the processes that
 	// still hold a descriptor of this file: the hold is theirs (heirs.go).
 	Ino uint64
+	// DeferToken: the grant's fencing token is issued when it is first
+	// read (Status, SnapshotTokens, Token), not by Acquire, whose Grant
+	// then carries 0. A lock that nobody asks the token of costs the
+	// backend no token at all (the local backend: no read and write of the
+	// backing file per grant). The token is still issued while the hold
+	// is held, so it is greater than every token read before it.
+	DeferToken bool
 }
 
 // Grant is the answer to a successful Acquire.
 type Grant struct {
 	// Token is the fencing token of the grant: strictly greater than every
-	// earlier grant's token on this lock.
+	// earlier grant's token on this lock. 0 if the request deferred it
+	// (Request.DeferToken).
 	Token uint64
 }
 
@@ -143,16 +151,23 @@ func (e *Engine) acquire(ctx context.Context, req Request) (Grant, error) {
 		}
 	}
 	e.mu.Unlock()
-	return e.issueToken(ctx, req.Lock, req.Owner)
+	return e.issueToken(ctx, req)
 }
 
-// issueToken asks the lease for the grant's fencing token and records it.
-func (e *Engine) issueToken(ctx context.Context, id LockID, owner Owner) (Grant, error) {
+// issueToken asks the lease for the grant's fencing token and records it,
+// or, if the request defers it, records that it is due (tokens.go).
+func (e *Engine) issueToken(ctx context.Context, req Request) (Grant, error) {
+	id, owner := req.Lock, req.Owner
 	e.mu.Lock()
 	ls := e.locks[id]
 	var lease Lease
 	if ls != nil {
 		lease = ls.lease
+		if h := ls.holds[owner]; h != nil && req.DeferToken && lease != nil {
+			h.token, h.tokenDue = 0, true
+			e.mu.Unlock()
+			return Grant{}, nil
+		}
 	}
 	e.mu.Unlock()
 	if lease == nil {
@@ -171,7 +186,7 @@ func (e *Engine) issueToken(ctx context.Context, id LockID, owner Owner) (Grant,
 	e.mu.Lock()
 	if ls := e.locks[id]; ls != nil {
 		if h := ls.holds[owner]; h != nil {
-			h.token = tok
+			h.token, h.tokenDue = tok, false
 		}
 	}
 	e.mu.Unlock()
@@ -191,15 +206,18 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 	}
 	switch {
 	case h.explicit == req.Mode:
-		tok := h.token
+		tok, due := h.token, h.tokenDue
 		e.mu.Unlock()
+		if due && !req.DeferToken {
+			return e.issueToken(ctx, req)
+		}
 		return Grant{Token: tok}, nil
 	case req.Mode == Shared: // downgrade
 		ls.change(h, func() { h.explicit = Shared })
 		e.broadcastLocked(ls)
 		e.settleLocked(ls)
 		e.mu.Unlock()
-		return e.issueToken(ctx, req.Lock, req.Owner)
+		return e.issueToken(ctx, req)
 	}
 	up := step{id: req.Lock, mode: Exclusive, explicit: true}
 	if req.Owner.Class == OwnerPOSIX || !req.Wait {
@@ -209,7 +227,7 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 			return Grant{}, err
 		}
 		e.mu.Unlock()
-		return e.issueToken(ctx, req.Lock, req.Owner)
+		return e.issueToken(ctx, req)
 	}
 	// flock(2): try at once; if that fails, drop the shared hold and wait.
 	nb := *rc
@@ -217,7 +235,7 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 	err := e.stepLocked(ctx, up, &nb)
 	if err == nil {
 		e.mu.Unlock()
-		return e.issueToken(ctx, req.Lock, req.Owner)
+		return e.issueToken(ctx, req)
 	}
 	if !errors.Is(err, ErrWouldBlock) {
 		e.mu.Unlock()
@@ -246,7 +264,7 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 		return Grant{}, err
 	}
 	e.mu.Unlock()
-	return e.issueToken(ctx, req.Lock, req.Owner)
+	return e.issueToken(ctx, req)
 }
 
 // stepLocked takes one step of a plan: it waits until the step can be

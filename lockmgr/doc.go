@@ -80,7 +80,9 @@
 // Backend, in the strongest mode any local hold needs, shared by every
 // local holder; a hand-off between local processes costs no backend call
 // while waiters remain. Each grant asks the lease for a fencing token,
-// strictly increasing per lock. When a lease is lost (Done closes, or
+// strictly increasing per lock, at once or, if the request defers it
+// (Request.DeferToken, as every lock through the mount does), when the
+// token is first read (tokens.go). When a lease is lost (Done closes, or
 // Convert returns ErrLeaseLost) or an operator breaks a lock (Break), its
 // holds are marked lost: they conflict with nobody, lock calls on them
 // return ErrLeaseLost, OnLoss is told, and releasing them still succeeds.

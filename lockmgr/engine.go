@@ -125,6 +125,9 @@ type Engine struct {
 	// wakes counts the wake-ups sent to queued waiters, so that Release
 	// knows whether it woke one (yield). GUARDED_BY(mu)
 	wakes uint64
+	// tokenMu makes the issuers of deferred tokens take turns (tokens.go).
+	// It is taken before mu, never while holding it.
+	tokenMu sync.Mutex
 
 	closing chan struct{}      // closed by Close, stops the lease watchers
 	ctx     context.Context    // cancelled by Close: ends backend waits

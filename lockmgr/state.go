@@ -138,7 +138,11 @@ type hold struct {
 	tid     int
 	uid     uint32
 	since   time.Time
-	token   uint64
+	// token is the grant's fencing token; 0 while tokenDue.
+	token uint64
+	// tokenDue: the grant deferred its token (Request.DeferToken) and
+	// nobody has read it yet (tokens.go).
+	tokenDue bool
 	// lost is set when the hold's lease was lost or broken: the hold no
 	// longer protects anything and conflicts with nobody.
 	lost error

@@ -23,7 +23,10 @@ type Holder struct {
 	UID     uint32
 	Host    string
 	Since   time.Time
-	Token   uint64
+	// Token is the grant's fencing token: 0 if it was never issued (a
+	// grant that deferred it, shown by Snapshot before anybody read it,
+	// or one whose issuance failed, which the log says).
+	Token uint64
 	// Lost is non-nil once the hold's lease was lost or broken.
 	Lost error
 }
@@ -139,7 +142,9 @@ func describeLease(st *LockStatus, lease Lease) {
 }
 
 // Status returns a snapshot of one lock; a lock nobody holds or waits for
-// has no holders and no waiters.
+// has no holders and no waiters. A grant that deferred its token
+// (Request.DeferToken) and that nobody read yet shows token 0; StatusTokens
+// issues such tokens first.
 func (e *Engine) Status(id LockID) LockStatus {
 	if p, err := CleanPath(id.Path); err == nil {
 		id.Path = p
@@ -154,6 +159,33 @@ func (e *Engine) Status(id LockID) LockStatus {
 	e.mu.Unlock()
 	describeLease(&st, lease)
 	return st
+}
+
+// StatusTokens is Status with the fencing tokens that grants deferred and
+// nobody read yet issued first (tokens.go): what a reader of the lock's
+// status is shown. A grant made meanwhile is caught by the next round;
+// one made during the last round shows token 0 until the next reading.
+func (e *Engine) StatusTokens(id LockID) LockStatus {
+	if p, err := CleanPath(id.Path); err == nil {
+		id.Path = p
+	}
+	for round := 0; ; round++ {
+		e.issueFor(id)
+		e.mu.Lock()
+		ls := e.locks[id]
+		if ls == nil {
+			e.mu.Unlock()
+			return LockStatus{Lock: id}
+		}
+		if round < 2 && len(e.dueLocked(ls, nil)) > 0 {
+			e.mu.Unlock()
+			continue
+		}
+		st, lease := e.statusLocked(ls)
+		e.mu.Unlock()
+		describeLease(&st, lease)
+		return st
+	}
 }
 
 // Claims returns every host's claims on id as the backend shows them (see
@@ -172,6 +204,8 @@ func (e *Engine) Claims(ctx context.Context, id LockID) ([]ClaimRecord, error) {
 }
 
 // Snapshot returns the status of every lock held or waited for, by path.
+// Tokens that grants deferred and nobody read yet show as 0
+// (SnapshotTokens issues them).
 // It copies the table under Engine.mu, in time linear in its size, and
 // asks the leases for their descriptions after releasing it, so that a
 // metrics scrape never holds up lock requests for a backend.

@@ -25,10 +25,14 @@ var _ lockmgr.Observer = (*slowWaits)(nil)
 
 func (s *slowWaits) Requested(req lockmgr.Request, g lockmgr.Grant, outcome lockmgr.Outcome, took time.Duration) {
 	if outcome == lockmgr.Granted && s.threshold > 0 && took >= s.threshold {
-		s.log.WithFields(logrus.Fields{
+		fields := logrus.Fields{
 			"path": lockmgr.QuoteName(req.Lock.String()), "kind": req.Lock.Kind.String(), "mode": req.Mode.String(),
-			"pid": req.TID, "uid": req.UID, "host": s.host, "token": g.Token, "waited": took.Round(time.Millisecond).String(),
-		}).Info("lock granted after a long wait")
+			"pid": req.TID, "uid": req.UID, "host": s.host, "waited": took.Round(time.Millisecond).String(),
+		}
+		if g.Token != 0 { // a grant through a mount defers its token
+			fields["token"] = g.Token
+		}
+		s.log.WithFields(fields).Info("lock granted after a long wait")
 	}
 	s.next.Requested(req, g, outcome, took)
 }
