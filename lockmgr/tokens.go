@@ -32,17 +32,19 @@ func (e *Engine) dueLocked(ls *lockState, out []dueToken) []dueToken {
 		return out
 	}
 	for _, h := range ls.holds {
-		if h.tokenDue && h.lost == nil {
+		if h.tokenDue && h.explicit != 0 && h.lost == nil {
 			out = append(out, dueToken{ls: ls, h: h, lease: ls.lease})
 		}
 	}
 	return out
 }
 
-// stillDueLocked reports whether d's hold is still held, not lost, and
-// without its token.
+// stillDueLocked reports whether d's hold is still held explicitly, not
+// lost, and without its token. (A hold whose explicit part was released
+// while it stays for a lock below keeps tokenDue until its next grant,
+// which sets it again: only explicit holds have tokens.)
 func stillDueLocked(d dueToken) bool {
-	return d.ls.holds[d.h.owner] == d.h && d.h.tokenDue && d.h.lost == nil
+	return d.ls.holds[d.h.owner] == d.h && d.h.tokenDue && d.h.explicit != 0 && d.h.lost == nil
 }
 
 // issue issues the tokens of due, one after the other, without mu.

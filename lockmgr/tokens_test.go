@@ -288,3 +288,37 @@ func TestConcurrentReadersIssueOneToken(t *testing.T) {
 		t.Fatalf("counter %d after 8 racing readers, want 1", c)
 	}
 }
+
+// A hold whose explicit part is released while it stays for a lock below
+// has no token to issue.
+func TestImplicitHoldGetsNoDeferredToken(t *testing.T) {
+	src := t.TempDir()
+	mkdirs(t, src, "a/b")
+	e := newLocalEngine(t, src)
+	ctx := context.Background()
+	a := lockmgr.LockID{Path: "a", Kind: lockmgr.KindDir}
+	owner := lockmgr.Owner{Class: lockmgr.OwnerFile, ID: 1}
+	for _, dir := range []string{"a", "a/b"} {
+		if _, err := e.Acquire(ctx, deferred(req(dir, lockmgr.Shared, 1, false))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Release(ctx, a, owner); err != nil {
+		t.Fatal(err)
+	}
+	// Owner 1 now holds a only on behalf of a/b.
+	st := e.StatusTokens(a)
+	if len(st.Holders) != 1 || st.Holders[0].Explicit || st.Holders[0].Token != 0 {
+		t.Fatalf("a after its explicit release: %+v, want one implicit holder without a token", st.Holders)
+	}
+	if c := counter(t, src, "a"); c != 0 {
+		t.Fatalf("counter of a is %d after reading an implicit hold, want 0", c)
+	}
+	// Control: taken explicitly again, its token is issued at the read.
+	if _, err := e.Acquire(ctx, deferred(req("a", lockmgr.Shared, 1, false))); err != nil {
+		t.Fatal(err)
+	}
+	if tok := holderToken(t, e, "a", 1); tok != 1 {
+		t.Fatalf("token of a taken again: %d, want 1", tok)
+	}
+}
