@@ -31,9 +31,18 @@ import (
 // an fcntl lock on the backing file) cannot trap a thread in an
 // uncancellable wait: NextToken honours ctx.
 //
-// An exclusive claim skips the OFD lock: while it holds LOCK_EX nobody else
-// holds a claim on the file, and only claim holders touch the counter.
-// Calls on the one lease still exclude each other (tokenBusy).
+// An exclusive claim takes the OFD lock too. It used to skip it, since
+// while it holds LOCK_EX nobody else holds a claim on the file; but the
+// claim may be downgraded while NextToken runs (a holder's token is issued
+// when first read, lockmgr/tokens.go, possibly while the holder converts),
+// and a shared claim of another daemon could then bump the counter between
+// this call's read and write, so that both got the same token
+// (TestTokenOfDowngradedClaim). Calls on the one lease also exclude each
+// other (tokenBusy).
+
+// testHookTokenRead, if set, runs in bumpToken between the read of the
+// counter and the write of the next value (tests).
+var testHookTokenRead func()
 
 // tokenReadMax bounds the first line: 20 digits of a uint64, CR, LF.
 const tokenReadMax = 22
@@ -47,7 +56,7 @@ func (l *lease) NextToken(ctx context.Context) (uint64, error) {
 	defer l.b.inflight.Done()
 
 	l.mu.Lock()
-	lostErr, released, exclusive := l.lostErr, l.released, l.mode == lockmgr.Exclusive
+	lostErr, released := l.lostErr, l.released
 	l.mu.Unlock()
 	switch {
 	case lostErr != nil:
@@ -69,12 +78,6 @@ func (l *lease) NextToken(ctx context.Context) (uint64, error) {
 				return nil // another call on this lease: poll
 			}
 			defer l.tokenBusy.Store(false)
-			if exclusive {
-				locked = true
-				var err error
-				tok, err = bumpToken(fd, l.b.syncToken)
-				return err
-			}
 			err := ofdLock(fd, unix.F_WRLCK)
 			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
 				return nil // busy: poll
@@ -116,6 +119,9 @@ func bumpToken(fd int, sync bool) (uint64, error) {
 	err := ignoringEINTR(func() (err error) { n, err = unix.Pread(fd, buf[:], 0); return err })
 	if err != nil {
 		return 0, fmt.Errorf("read: %w", err)
+	}
+	if testHookTokenRead != nil {
+		testHookTokenRead()
 	}
 	cur, err := parseToken(buf[:n])
 	if err != nil {

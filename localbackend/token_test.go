@@ -160,8 +160,8 @@ func TestTokensUniqueUnderConcurrency(t *testing.T) {
 // interfere: this description holds no flock at all, and the lease's flock
 // does not stop the test from taking the OFD lock.
 // A shared claim's holders may bump the counter together, from several
-// daemons: the OFD lock orders them. (An exclusive claim has no one to be
-// ordered with and does not take it.)
+// daemons: the OFD lock orders them. (An exclusive claim takes it too:
+// TestTokenOfDowngradedClaim.)
 func TestTokenWaitsForOFDLock(t *testing.T) {
 	src := newSource(t)
 	b := newBackend(t, src)
@@ -278,5 +278,63 @@ func TestTokensOneLeaseConcurrentCalls(t *testing.T) {
 	wg.Wait()
 	if len(seen) != goroutines*perCaller {
 		t.Fatalf("%d distinct tokens, want %d", len(seen), goroutines*perCaller)
+	}
+}
+
+// A token asked for on an exclusive claim that is downgraded meanwhile
+// (lockmgr issues a token when it is first read, which may be while its
+// holder converts): another daemon's shared claim may then bump the
+// counter too, and the two bumps must not interleave. Here the downgrade
+// and the other daemon's claim and NextToken come between this call's read
+// of the counter and its write. Control: with the exclusive claim's bump
+// made without the OFD lock, as it once was, both calls got token 1.
+func TestTokenOfDowngradedClaim(t *testing.T) {
+	src := newSource(t)
+	b1, b2 := newBackend(t, src), newBackend(t, src)
+	l1 := mustClaim(t, b1, dirID("."), lockmgr.Exclusive)
+	ctx := context.Background()
+
+	var (
+		l2   lockmgr.Lease
+		tok2 uint64
+		err2 error
+	)
+	done := make(chan struct{})
+	testHookTokenRead = func() {
+		testHookTokenRead = nil
+		if err := l1.Convert(ctx, lockmgr.Shared, false); err != nil {
+			t.Errorf("downgrade: %v", err)
+			close(done)
+			return
+		}
+		l2 = mustClaim(t, b2, dirID("."), lockmgr.Shared)
+		go func() {
+			defer close(done)
+			tok2, err2 = l2.NextToken(ctx)
+		}()
+		select {
+		case <-done: // finished inside the other call's read and write
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	t.Cleanup(func() { testHookTokenRead = nil })
+
+	tok1, err := l1.NextToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other daemon's NextToken did not return")
+	}
+	if err2 != nil {
+		t.Fatal(err2)
+	}
+	if tok1 == tok2 {
+		t.Fatalf("both calls got token %d", tok1)
+	}
+	if tok1 != 1 || tok2 != 2 {
+		t.Fatalf("tokens %d (downgraded claim) and %d (the other daemon's), want 1 then 2", tok1, tok2)
 	}
 }
