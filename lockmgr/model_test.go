@@ -19,7 +19,11 @@ import (
 //     process is an ancestor of (or the same as) the other's;
 //   - no waiter is lost: every request still waiting, once the engine is
 //     quiet, is blocked by a hold or an earlier waiter;
-//   - when everything is released, the engine's table is empty.
+//   - when everything is released, the engine's table is empty;
+//   - fencing tokens, issued at the grant or, for a request that defers
+//     it, at a status read ("read"): every token read for a grant is
+//     greater than the tokens read for every grant of that lock that had
+//     ended before it began, and a grant's token never changes.
 func TestModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		m := newModelRun(t)
@@ -30,6 +34,7 @@ func TestModel(t *testing.T) {
 			"release": m.release,
 			"cancel":  m.cancel,
 			"exit":    m.exit,
+			"read":    m.read,
 			"":        m.check,
 		})
 	})
@@ -51,6 +56,20 @@ type modelRun struct {
 	// want is what a pending acquire asked for.
 	want map[int]Request
 	dead map[int]bool
+	// grants is the current grant of each explicit hold (pid -> lock),
+	// ended the grants that were released or replaced, by lock; seq
+	// orders grants and their ends.
+	grants map[int]map[LockID]*modelGrant
+	ended  map[LockID][]*modelGrant
+	seq    int
+}
+
+// modelGrant is one grant of a lock to an owner, until its release or the
+// owner's next grant of a different mode.
+type modelGrant struct {
+	pid        int
+	begin, end int
+	token      uint64 // 0 until known
 }
 
 func newModelRun(t *testing.T) *modelRun {
@@ -59,7 +78,8 @@ func newModelRun(t *testing.T) *modelRun {
 	for _, p := range modelProcs {
 		env.tree.add(p.pid, p.parent)
 	}
-	m := &modelRun{env: env, held: map[int]map[LockID]Mode{}, want: map[int]Request{}, dead: map[int]bool{}}
+	m := &modelRun{env: env, held: map[int]map[LockID]Mode{}, want: map[int]Request{}, dead: map[int]bool{},
+		grants: map[int]map[LockID]*modelGrant{}, ended: map[LockID][]*modelGrant{}}
 	m.e = env.engine("e1")
 	return m
 }
@@ -112,7 +132,8 @@ func (m *modelRun) acquire(rt *rapid.T, wait bool) {
 	}
 	id := rapid.SampledFrom(modelLocks).Draw(rt, "lock")
 	mode := rapid.SampledFrom([]Mode{Shared, Exclusive}).Draw(rt, "mode")
-	req := Request{Lock: id, Mode: mode, Owner: m.owner(pid), TID: pid, Wait: wait}
+	deferToken := rapid.Bool().Draw(rt, "defer")
+	req := Request{Lock: id, Mode: mode, Owner: m.owner(pid), TID: pid, Wait: wait, DeferToken: deferToken}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pendingAcquire{engine: m.e, tid: pid, cancel: cancel, done: make(chan error, 1)}
 	m.env.pending[name] = p
@@ -128,6 +149,7 @@ func (m *modelRun) acquire(rt *rapid.T, wait bool) {
 	if p.result == "" && wait && mode == Exclusive && m.held[pid][id] == Shared {
 		// A flock upgrade that must wait releases the shared hold first.
 		delete(m.held[pid], id)
+		m.endGrant(pid, id)
 	}
 	m.collect(rt)
 }
@@ -147,10 +169,22 @@ func (m *modelRun) collect(rt *rapid.T) {
 			m.held[pid] = map[LockID]Mode{}
 		}
 		switch {
-		case p.result == "granted token=0":
+		case p.result == "granted token=0" && !req.DeferToken:
 			rt.Fatalf("grant without a token")
 		case len(p.result) > 7 && p.result[:7] == "granted":
+			if m.held[pid][req.Lock] != req.Mode {
+				// A new grant (a conversion ends the one before).
+				m.endGrant(pid, req.Lock)
+				m.seq++
+				if m.grants[pid] == nil {
+					m.grants[pid] = map[LockID]*modelGrant{}
+				}
+				m.grants[pid][req.Lock] = &modelGrant{pid: pid, begin: m.seq}
+			}
 			m.held[pid][req.Lock] = req.Mode
+			if p.token != 0 {
+				m.seeToken(rt, pid, req.Lock, p.token)
+			}
 		}
 	}
 }
@@ -177,8 +211,60 @@ func (m *modelRun) release(rt *rapid.T) {
 		rt.Fatalf("release %d %s: %v", pid, id, err)
 	}
 	delete(m.held[pid], id)
+	m.endGrant(pid, id)
 	m.env.settle()
 	m.collect(rt)
+}
+
+// endGrant records the end of pid's current grant of id, if any.
+func (m *modelRun) endGrant(pid int, id LockID) {
+	g := m.grants[pid][id]
+	if g == nil {
+		return
+	}
+	delete(m.grants[pid], id)
+	m.seq++
+	g.end = m.seq
+	m.ended[id] = append(m.ended[id], g)
+}
+
+// seeToken checks tok, read for pid's current grant of id, against what
+// was read before: the same grant's token never changes, and it is greater
+// than the token of every grant of id that ended before this one began.
+func (m *modelRun) seeToken(rt *rapid.T, pid int, id LockID, tok uint64) {
+	g := m.grants[pid][id]
+	if g == nil {
+		rt.Fatalf("token %d read for %d on %s, which the model says it does not hold", tok, pid, id)
+	}
+	if g.token != 0 {
+		if tok != g.token {
+			rt.Fatalf("%d's token on %s read %d, then %d", pid, id, g.token, tok)
+		}
+		return
+	}
+	g.token = tok
+	for _, e := range m.ended[id] {
+		if e.token != 0 && e.end < g.begin && e.token >= tok {
+			rt.Fatalf("%s: %d's token %d is not above %d's token %d, whose grant ended before", id, pid, tok, e.pid, e.token)
+		}
+	}
+}
+
+// read reads one lock's status, as a reader of its control file does,
+// which issues the tokens its grants deferred.
+func (m *modelRun) read(rt *rapid.T) {
+	id := rapid.SampledFrom(modelLocks).Draw(rt, "lock")
+	m.env.settle()
+	m.collect(rt)
+	for _, h := range m.e.StatusTokens(id).Holders {
+		if !h.Explicit {
+			continue
+		}
+		if h.Token == 0 {
+			rt.Fatalf("%s: status shows holder %d without a token", id, h.Owner.ID)
+		}
+		m.seeToken(rt, int(h.Owner.ID), id, h.Token)
+	}
 }
 
 func (m *modelRun) cancel(rt *rapid.T) {
