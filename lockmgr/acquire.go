@@ -164,7 +164,8 @@ func (e *Engine) issueToken(ctx context.Context, req Request) (Grant, error) {
 	if ls != nil {
 		lease = ls.lease
 		if h := ls.holds[owner]; h != nil && req.DeferToken && lease != nil {
-			h.token, h.tokenDue = 0, true
+			e.grants++
+			h.token, h.tokenDue, h.grant, h.tokenWarned = 0, true, e.grants, false
 			e.mu.Unlock()
 			return Grant{}, nil
 		}
@@ -186,7 +187,8 @@ func (e *Engine) issueToken(ctx context.Context, req Request) (Grant, error) {
 	e.mu.Lock()
 	if ls := e.locks[id]; ls != nil {
 		if h := ls.holds[owner]; h != nil {
-			h.token, h.tokenDue = tok, false
+			e.grants++
+			h.token, h.tokenDue, h.grant = tok, false, e.grants
 		}
 	}
 	e.mu.Unlock()

@@ -89,6 +89,9 @@ type Engine struct {
 
 	// Constant data
 	host string
+	// tokenTimeout bounds the issuance of one deferred token at a status
+	// read (tokenIssueTimeout; tests shorten it).
+	tokenTimeout time.Duration
 	// hier: the backend checks the hierarchy across hosts itself
 	// (HierarchicalBackend), so implicit holds need no claim.
 	hier bool
@@ -125,9 +128,10 @@ type Engine struct {
 	// wakes counts the wake-ups sent to queued waiters, so that Release
 	// knows whether it woke one (yield). GUARDED_BY(mu)
 	wakes uint64
-	// tokenMu makes the issuers of deferred tokens take turns (tokens.go).
-	// It is taken before mu, never while holding it.
-	tokenMu sync.Mutex
+	// grants numbers the grants of explicit holds, so that a deferred
+	// token issued for one grant is never recorded for a later grant of
+	// the same hold (tokens.go). GUARDED_BY(mu)
+	grants uint64
 
 	closing chan struct{}      // closed by Close, stops the lease watchers
 	ctx     context.Context    // cancelled by Close: ends backend waits
@@ -157,6 +161,8 @@ func New(cfg Config) (*Engine, error) {
 		closing: make(chan struct{}),
 		after:   cfg.After,
 		linger:  watchLinger,
+
+		tokenTimeout: tokenIssueTimeout,
 	}
 	if w, ok := cfg.Processes.(ProcessWatcher); ok {
 		e.watcher = w

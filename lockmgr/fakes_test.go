@@ -187,6 +187,11 @@ type memHost struct {
 	// claimGate before a Claim.
 	upgradeGate chan struct{}
 	claimGate   chan struct{}
+	// tokenGate, if set, is received from (or ctx ends) before NextToken
+	// on tokenGateLock answers; tokenEntered, if set, is sent to first.
+	tokenGate     chan struct{}
+	tokenGateLock LockID
+	tokenEntered  chan struct{}
 }
 
 // quiet reports how many backend waits are asleep with no wake-up pending.
@@ -324,6 +329,22 @@ func (l *memLease) Convert(ctx context.Context, mode Mode, wait bool) error {
 }
 
 func (l *memLease) NextToken(ctx context.Context) (uint64, error) {
+	l.host.mu.Lock()
+	gate, entered := l.host.tokenGate, l.host.tokenEntered
+	if l.id != l.host.tokenGateLock {
+		gate, entered = nil, nil
+	}
+	l.host.mu.Unlock()
+	if entered != nil {
+		entered <- struct{}{}
+	}
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
 	l.host.mu.Lock()
 	defer l.host.mu.Unlock()
 	l.host.tokens[l.id]++

@@ -143,6 +143,13 @@ type hold struct {
 	// tokenDue: the grant deferred its token (Request.DeferToken) and
 	// nobody has read it yet (tokens.go).
 	tokenDue bool
+	// grant numbers the hold's current explicit grant (Engine.grants).
+	grant uint64
+	// issuing is non-nil while a reader issues the grant's deferred
+	// token, and closed when it is done; other readers wait for it.
+	issuing chan struct{}
+	// tokenWarned: a failed issuance of this grant's token was logged.
+	tokenWarned bool
 	// lost is set when the hold's lease was lost or broken: the hold no
 	// longer protects anything and conflicts with nobody.
 	lost error

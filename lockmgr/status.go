@@ -163,29 +163,32 @@ func (e *Engine) Status(id LockID) LockStatus {
 
 // StatusTokens is Status with the fencing tokens that grants deferred and
 // nobody read yet issued first (tokens.go): what a reader of the lock's
-// status is shown. A grant made meanwhile is caught by the next round;
-// one made during the last round shows token 0 until the next reading.
+// status is shown. A grant made while they are issued is issued in a next
+// round, up to two; one made during the last round, or one whose token
+// could not be issued (logged), shows token 0 until the next reading.
 func (e *Engine) StatusTokens(id LockID) LockStatus {
 	if p, err := CleanPath(id.Path); err == nil {
 		id.Path = p
 	}
-	for round := 0; ; round++ {
-		e.issueFor(id)
+	tried := map[uint64]bool{}
+	for round := 0; round < 3; round++ {
 		e.mu.Lock()
-		ls := e.locks[id]
-		if ls == nil {
-			e.mu.Unlock()
-			return LockStatus{Lock: id}
+		var due []dueToken
+		if ls := e.locks[id]; ls != nil {
+			for _, d := range e.dueLocked(ls, nil) {
+				if !tried[d.grant] {
+					tried[d.grant] = true
+					due = append(due, d)
+				}
+			}
 		}
-		if round < 2 && len(e.dueLocked(ls, nil)) > 0 {
-			e.mu.Unlock()
-			continue
-		}
-		st, lease := e.statusLocked(ls)
 		e.mu.Unlock()
-		describeLease(&st, lease)
-		return st
+		if len(due) == 0 {
+			break
+		}
+		e.issue(due)
 	}
+	return e.Status(id)
 }
 
 // Claims returns every host's claims on id as the backend shows them (see

@@ -1,97 +1,141 @@
 package lockmgr
 
-import "fmt"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
 
 // Deferred fencing tokens.
 //
 // A request with DeferToken is granted without a token: its hold is marked
 // tokenDue, and the token is issued the first time somebody reads it
-// (Status, SnapshotTokens, Token). Most locks taken through a mount are
-// never asked for their token, and with the local backend a token is a
+// (StatusTokens, SnapshotTokens, Token). Most locks taken through a mount
+// are never asked for their token, and with the local backend a token is a
 // read and a write of the backing file, made on every grant otherwise.
 //
 // Why a token issued late still fences: it is issued by the lease while
-// the hold is held (the hold is checked, by identity, to be present and
-// not lost both before and after the lease's NextToken), so it is greater
-// than the token of every grant that ended before this one began, whether
-// that token was read or not, and smaller than the token of every grant
-// that begins after this one ends. A hold that was lost or released before
-// anybody read its token never gets one (it shows as 0): a late reading
-// cannot hand a lost holder a token newer than its successor's.
+// the grant is held (the grant, numbered in hold.grant, is checked to be
+// the hold's current one and not lost both before and after the lease's
+// NextToken), so it is greater than the token of every grant that ended
+// before this one began, whether that token was read or not, and smaller
+// than the token of every grant that begins after this one ends. A grant
+// that was lost or released before anybody read its token never gets one
+// (it shows as 0): a late reading cannot hand a lost holder a token newer
+// than its successor's.
+//
+// # Locking
+//
+// Nothing is held across NextToken. The first reader of a due token marks
+// the hold as issuing (hold.issuing, under mu) and calls the lease; other
+// readers of that hold wait on the channel, readers of other holds do not
+// wait at all. One issuance is bounded by tokenTimeout: a backing file that
+// some other program keeps locked (the local backend polls its OFD lock)
+// makes that reading show 0 and log why, and the next reading tries again.
 
-// dueToken is a hold whose token is due, with the lease to ask for it.
+// tokenIssueTimeout bounds the issuance of one deferred token.
+const tokenIssueTimeout = 5 * time.Second
+
+// dueToken is a grant whose token is due, with the lease to ask for it.
 type dueToken struct {
 	ls    *lockState
 	h     *hold
+	grant uint64
 	lease Lease
 }
 
-// dueLocked appends ls's holds whose token is due to out.
+// dueLocked appends ls's grants whose token is due to out.
 func (e *Engine) dueLocked(ls *lockState, out []dueToken) []dueToken {
 	if ls.lease == nil {
 		return out
 	}
 	for _, h := range ls.holds {
 		if h.tokenDue && h.explicit != 0 && h.lost == nil {
-			out = append(out, dueToken{ls: ls, h: h, lease: ls.lease})
+			out = append(out, dueToken{ls: ls, h: h, grant: h.grant, lease: ls.lease})
 		}
 	}
 	return out
 }
 
-// stillDueLocked reports whether d's hold is still held explicitly, not
-// lost, and without its token. (A hold whose explicit part was released
-// while it stays for a lock below keeps tokenDue until its next grant,
-// which sets it again: only explicit holds have tokens.)
+// stillDueLocked reports whether d's grant is still the hold's current
+// explicit grant, not lost, and without its token. (A hold whose explicit
+// part was released while it stays for a lock below keeps tokenDue until
+// its next grant, which numbers it anew: only explicit grants have tokens.)
 func stillDueLocked(d dueToken) bool {
-	return d.ls.holds[d.h.owner] == d.h && d.h.tokenDue && d.h.explicit != 0 && d.h.lost == nil
+	h := d.h
+	return d.ls.holds[h.owner] == h && h.grant == d.grant && h.tokenDue && h.explicit != 0 && h.lost == nil
 }
 
-// issue issues the tokens of due, one after the other, without mu.
-// tokenMu makes concurrent readers take turns, so that no hold gets two.
-// A failure leaves the hold without a token (0) and is logged.
+// issue issues the tokens of due, one after the other.
 func (e *Engine) issue(due []dueToken) {
-	if len(due) == 0 {
-		return
-	}
-	e.tokenMu.Lock()
-	defer e.tokenMu.Unlock()
 	for _, d := range due {
-		e.mu.Lock()
-		still := stillDueLocked(d)
+		e.issueOne(d)
+	}
+}
+
+// issueOne issues d's token, or waits for the reader that is issuing it.
+func (e *Engine) issueOne(d dueToken) {
+	e.mu.Lock()
+	for {
+		if !stillDueLocked(d) {
+			e.mu.Unlock()
+			return
+		}
+		ch := d.h.issuing
+		if ch == nil {
+			break
+		}
 		e.mu.Unlock()
-		if !still {
-			continue
+		select {
+		case <-ch:
+		case <-e.closing:
+			return
 		}
-		tok, err := d.lease.NextToken(e.ctx)
 		e.mu.Lock()
-		if stillDueLocked(d) {
-			d.h.tokenDue = false
-			if err == nil {
-				d.h.token = tok
-			}
-		} else {
-			err = nil // the hold went meanwhile: its token is nobody's
-		}
-		pid := d.h.lineage.Self().PID
-		e.mu.Unlock()
-		if err != nil {
-			e.log.WithError(err).WithFields(map[string]any{
-				"path": d.ls.id.String(), "kind": d.ls.id.Kind.String(), "pid": pid,
-			}).Warn("fencing token not issued: the holder's token reads 0")
-		}
+	}
+	ch := make(chan struct{})
+	d.h.issuing = ch
+	e.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(e.ctx, e.tokenTimeout)
+	tok, err := d.lease.NextToken(ctx)
+	cancel()
+
+	e.mu.Lock()
+	d.h.issuing = nil
+	warn := false
+	switch {
+	case !stillDueLocked(d):
+		err = nil // the grant ended meanwhile: its token is nobody's
+	case err == nil:
+		d.h.token, d.h.tokenDue = tok, false
+	case errors.Is(err, context.DeadlineExceeded):
+		// Still due: the next reading tries again.
+		warn, d.h.tokenWarned = !d.h.tokenWarned, true
+	default:
+		d.h.tokenDue = false // it reads 0 from now on
+		warn, d.h.tokenWarned = !d.h.tokenWarned, true
+	}
+	pid := d.h.lineage.Self().PID
+	e.mu.Unlock()
+	close(ch)
+	if warn {
+		e.log.WithError(err).WithFields(map[string]any{
+			"path": d.ls.id.String(), "kind": d.ls.id.Kind.String(), "pid": pid,
+		}).Warn("fencing token not issued: the holder's token reads 0")
 	}
 }
 
 // Token returns the fencing token of owner's explicit hold on id, issuing
 // it first if its grant deferred it. It fails with ErrNotHeld if owner
-// holds id only implicitly or not at all, and with the hold's loss if it
-// was lost before its token was issued.
+// holds id only implicitly or not at all, with the hold's loss if it was
+// lost before its token was issued, and if the token cannot be issued.
 func (e *Engine) Token(id LockID, owner Owner) (uint64, error) {
 	if p, err := CleanPath(id.Path); err == nil {
 		id.Path = p
 	}
-	for {
+	for tries := 0; ; tries++ {
 		e.mu.Lock()
 		var h *hold
 		ls := e.locks[id]
@@ -116,10 +160,13 @@ func (e *Engine) Token(id LockID, owner Owner) (uint64, error) {
 		case ls.lease == nil:
 			e.mu.Unlock()
 			return 0, fmt.Errorf("token of %s: no lease: %w", id, ErrLeaseLost)
+		case tries > 0 && h.tokenWarned:
+			e.mu.Unlock()
+			return 0, fmt.Errorf("token of %s: not issued in %v (see the log)", id, e.tokenTimeout)
 		}
-		due := []dueToken{{ls: ls, h: h, lease: ls.lease}}
+		d := dueToken{ls: ls, h: h, grant: h.grant, lease: ls.lease}
 		e.mu.Unlock()
-		e.issue(due)
+		e.issueOne(d)
 	}
 }
 
@@ -137,15 +184,4 @@ func (e *Engine) SnapshotTokens(pick func(LockID) bool) []LockStatus {
 	e.mu.Unlock()
 	e.issue(due)
 	return e.Snapshot()
-}
-
-// issueFor issues the due tokens of id's holds.
-func (e *Engine) issueFor(id LockID) {
-	e.mu.Lock()
-	var due []dueToken
-	if ls := e.locks[id]; ls != nil {
-		due = e.dueLocked(ls, nil)
-	}
-	e.mu.Unlock()
-	e.issue(due)
 }
