@@ -110,6 +110,8 @@ func (e *Engine) issueOne(d dueToken) {
 		err = nil // the grant ended meanwhile: its token is nobody's
 	case err == nil:
 		d.h.token, d.h.tokenDue = tok, false
+	case e.ctx.Err() != nil:
+		// Closing: no reading comes after this one.
 	case errors.Is(err, context.DeadlineExceeded):
 		// Still due: the next reading tries again.
 		warn, d.h.tokenWarned = !d.h.tokenWarned, true
@@ -160,6 +162,9 @@ func (e *Engine) Token(id LockID, owner Owner) (uint64, error) {
 		case ls.lease == nil:
 			e.mu.Unlock()
 			return 0, fmt.Errorf("token of %s: no lease: %w", id, ErrLeaseLost)
+		case e.closed:
+			e.mu.Unlock()
+			return 0, fmt.Errorf("token of %s: %w", id, ErrClosed)
 		case tries > 0 && h.tokenWarned:
 			e.mu.Unlock()
 			return 0, fmt.Errorf("token of %s: not issued in %v (see the log)", id, e.tokenTimeout)

@@ -2,6 +2,7 @@ package lockmgr
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -133,5 +134,48 @@ func TestStuckTokenHoldsUpNobodyElse(t *testing.T) {
 	close(gate)
 	if tok := tokenOf(e, a, owner); tok != 1 {
 		t.Fatalf("token of a at the next reading: %d, want 1", tok)
+	}
+}
+
+// A token being issued when the engine closes: the issuance ends with the
+// engine's context and Token returns, with ErrClosed, or ErrNotHeld once
+// Close has released the hold. Control: with the issuance's context not
+// derived from the engine's, Token waits out its minute.
+func TestTokenEndsAtClose(t *testing.T) {
+	tree, host := newFakeTree(), newMemHost()
+	tree.add(100, 1)
+	e := newTestEngine(t, tree, host)
+	// Far beyond the wait below: only Close can end the issuance in time.
+	e.tokenTimeout = time.Minute
+	ctx := context.Background()
+	owner := Owner{Class: OwnerFile, ID: 1}
+	a := dirLock("a")
+	if _, err := e.Acquire(ctx, Request{Lock: a, Mode: Exclusive, Owner: owner, TID: 100, DeferToken: true}); err != nil {
+		t.Fatal(err)
+	}
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	defer close(gate)
+	host.mu.Lock()
+	host.tokenGate, host.tokenGateLock, host.tokenEntered = gate, a, entered
+	host.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Token(a, owner)
+		done <- err
+	}()
+	<-entered
+	host.mu.Lock()
+	host.tokenEntered = nil
+	host.mu.Unlock()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Token across Close: %v, want ErrClosed or ErrNotHeld", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Token did not return after Close")
 	}
 }
