@@ -2,6 +2,8 @@ package integration
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -348,4 +350,52 @@ func TestLockGCS(t *testing.T) {
 		}
 		h.kill()
 	})
+}
+
+// TestLockThroughMountWithoutToken: over a read-only SOURCE the daemon can
+// lock but cannot write a token (docs/PROTOCOL.md §9). A lock through the
+// mount then works, its holder reads token=0, and `lockfs lock`, which
+// hands COMMAND a token, refuses with exit code 69 and leaves the lock
+// free. Control: flock(1) through the same mount is granted.
+func TestLockThroughMountWithoutToken(t *testing.T) {
+	requireRoot(t)
+	base := t.TempDir()
+	rw, ro := filepath.Join(base, "rw"), filepath.Join(base, "ro")
+	for _, d := range []string{filepath.Join(rw, "a"), ro} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The backing files exist: the daemon cannot create them on a
+	// read-only SOURCE, only open them read-only.
+	for _, f := range []string{"..LOCK", "a/..LOCK"} {
+		if err := os.WriteFile(filepath.Join(rw, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := run(t, 10*time.Second, "mount", "--bind", rw, ro); r.code != 0 {
+		t.Fatalf("bind mount: %v", r)
+	}
+	t.Cleanup(func() { run(t, 10*time.Second, "umount", "-l", ro) })
+	if r := run(t, 10*time.Second, "mount", "-o", "remount,bind,ro", ro); r.code != 0 {
+		t.Fatalf("remount read-only: %v", r)
+	}
+	m := mount(t, withSource(ro))
+	a := m.path("a/.lock")
+
+	if r := run(t, 30*time.Second, "flock", a, "true"); r.code != 0 {
+		t.Fatalf("control: flock(1) through the mount of a read-only SOURCE: %v", r)
+	}
+	r := sh(t, 15*time.Second, fmt.Sprintf(`exec 9<%s && flock -x 9 && head -n 1 <&9`, a))
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "you holder token=0" {
+		t.Fatalf("status through the holding descriptor: %v, want \"you holder token=0\"", r)
+	}
+	r = lockRun(t, m.path("a"), "--", "sh", "-c", `echo "ran with $LOCKFS_TOKEN"`)
+	if r.code != 69 || strings.Contains(r.stdout, "ran with") || !strings.Contains(r.stderr, "issued no fencing token") {
+		t.Fatalf("lockfs lock without a token: %v, want exit 69, COMMAND not run, a message naming the token", r)
+	}
+	expectCode(t, "flock -n after the refused lockfs lock", flockN(t, a), 0)
+	if !strings.Contains(m.logText(), "fencing token not issued") {
+		t.Errorf("the daemon did not log why:\n%s", tail(m.logText(), 20))
+	}
 }

@@ -85,6 +85,18 @@ func (m *mountLocker) acquire(ctx context.Context, mode lockmgr.Mode, wait bool)
 	if !ok {
 		return nil, fmt.Errorf("%s: the status read through the locked descriptor does not name it as a holder", m.path)
 	}
+	if tok == 0 && !lost {
+		// The mount issues a token at its first reading and could not
+		// (a backing file it may not write, or one another program kept
+		// locked): a second reading tries again, once.
+		if st, err = m.status(); err == nil {
+			tok, lost, _ = youLine(st)
+		}
+		if tok == 0 && !lost {
+			_ = flockRetry(m.fd, unix.LOCK_UN)
+			return nil, fmt.Errorf("%s: the mount issued no fencing token for this lock (the daemon's log says why; locks work, tokens do not)", m.path)
+		}
+	}
 	h := &mountHold{m: m, tok: tok, onceLost: newOnceLost(), stop: make(chan struct{})}
 	if lost {
 		h.lose(errors.New("the mount reports the lock lost"))
