@@ -35,6 +35,29 @@ func tokenOf(e *Engine, id LockID, owner Owner) uint64 {
 	return 0
 }
 
+// holdUpTokenRead makes the backend's NextToken on id wait until the
+// returned gate is closed, starts a status read of owner's token on id,
+// and returns once that read is waiting in NextToken; the read's result
+// comes on the returned channel.
+func holdUpTokenRead(t *testing.T, e *Engine, host *memHost, id LockID, owner Owner) (chan<- struct{}, <-chan uint64) {
+	t.Helper()
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	host.mu.Lock()
+	host.tokenGate, host.tokenGateLock, host.tokenEntered = gate, id, entered
+	host.mu.Unlock()
+	read := make(chan uint64, 1)
+	go func() { read <- tokenOf(e, id, owner) }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the status read did not ask for the token")
+	}
+	host.mu.Lock()
+	host.tokenEntered = nil
+	host.mu.Unlock()
+	return gate, read
+}
+
 // A token issued for a grant that ended while it was being issued is not
 // recorded for the hold's next grant: here the hold stays (for a lock
 // below) while its explicit grant is released and made again, so only the
@@ -50,17 +73,7 @@ func TestDeferredTokenOfEndedGrantIsDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	gate, entered := make(chan struct{}), make(chan struct{}, 1)
-	host.mu.Lock()
-	host.tokenGate, host.tokenGateLock, host.tokenEntered = gate, a, entered
-	host.mu.Unlock()
-	read := make(chan uint64, 1)
-	go func() { read <- tokenOf(e, a, owner) }()
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the status read did not ask for the token")
-	}
+	gate, read := holdUpTokenRead(t, e, host, a, owner)
 	// While NextToken is held up: the grant ends and a new one is made.
 	if err := e.Release(ctx, a, owner); err != nil {
 		t.Fatal(err)
@@ -68,9 +81,6 @@ func TestDeferredTokenOfEndedGrantIsDropped(t *testing.T) {
 	if _, err := e.Acquire(ctx, Request{Lock: a, Mode: Shared, Owner: owner, TID: 100, DeferToken: true}); err != nil {
 		t.Fatal(err)
 	}
-	host.mu.Lock()
-	host.tokenEntered = nil
-	host.mu.Unlock()
 	close(gate)
 	select {
 	case tok := <-read:
@@ -101,17 +111,7 @@ func TestStuckTokenHoldsUpNobodyElse(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	gate, entered := make(chan struct{}), make(chan struct{}, 1)
-	host.mu.Lock()
-	host.tokenGate, host.tokenGateLock, host.tokenEntered = gate, a, entered
-	host.mu.Unlock()
-	read := make(chan uint64, 1)
-	go func() { read <- tokenOf(e, a, owner) }()
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the status read did not ask for the token")
-	}
+	gate, read := holdUpTokenRead(t, e, host, a, owner)
 	// Meanwhile another lock's token is issued at once.
 	if tok := tokenOf(e, c, owner); tok != 1 {
 		t.Fatalf("token of c while a's is held up: %d, want 1", tok)
@@ -129,7 +129,7 @@ func TestStuckTokenHoldsUpNobodyElse(t *testing.T) {
 	}
 	// Once NextToken answers again, the next reading issues it.
 	host.mu.Lock()
-	host.tokenGate, host.tokenEntered = nil, nil
+	host.tokenGate = nil
 	host.mu.Unlock()
 	close(gate)
 	if tok := tokenOf(e, a, owner); tok != 1 {
