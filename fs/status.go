@@ -25,7 +25,8 @@ import (
 //	                                  Tokens are issued at their first reading
 //	                                  (lockmgr.Request.DeferToken): this read
 //	                                  issues every shown holder's; 0: none
-//	                                  (lost before it was read, or not issuable)
+//	                                  (lost before it was read, not issuable, or
+//	                                  held up for 5 s: the next read tries again)
 //	lock a/b/.lock                    the control file, relative to the mount root;
 //	                                  Go-quoted if the path has a character that
 //	                                  would need escaping (lockmgr.QuoteName)
