@@ -9,6 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// warmReads is how many cached reads each side makes per repetition.
+const warmReads = 5
+
 // seq: sequential write and read of a Config.SeqBytes file (1 MiB per
 // system call) through the lockfs mount (FUSE passthrough on, its default
 // as root) and on SOURCE directly, alternately, with a fresh file on each
@@ -40,9 +43,6 @@ import (
 // *_ratio_vs_gofuse and *_ratio_vs_gofuse_nopt. The buffered files are
 // fsynced after their step, off the clock, so that their writeback does not
 // slow the next steps.
-// warmReads is how many cached reads each side makes per repetition.
-const warmReads = 5
-
 func (r *runner) seq(ctx context.Context) error {
 	if err := r.mainMounts(ctx); err != nil {
 		return err

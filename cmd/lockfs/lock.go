@@ -64,8 +64,9 @@ kernel (PR_SET_PDEATHSIG) as the lock goes with lockfs lock.
 Exit status: COMMAND's (128+N if signal N ended it); 1 if -n found the lock
 held or -w ran out (CODE with -E); 64 for a bad command line; 69 if the lock
 could not be taken for another reason (not a lockfs directory, backend
-unreachable, deadlock, no fencing token could be issued); 75 if the lock was lost while COMMAND ran; 126 or 127
-if COMMAND could not be run or was not found.`
+unreachable, deadlock, no fencing token could be issued); 75 if the lock was
+lost while COMMAND ran; 126 or 127 if COMMAND could not be run or was not
+found.`
 
 const lockExample = `  lockfs lock /mnt/projects/alpha -- make deploy              # exclusive
   lockfs lock -s -w 30 /mnt/projects/alpha -- make check      # shared, wait 30 s at most
