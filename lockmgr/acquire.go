@@ -164,8 +164,7 @@ func (e *Engine) issueToken(ctx context.Context, req Request) (Grant, error) {
 	if ls != nil {
 		lease = ls.lease
 		if h := ls.holds[owner]; h != nil && req.DeferToken && lease != nil {
-			e.grants++
-			h.token, h.tokenDue, h.grant, h.tokenWarned = 0, true, e.grants, false
+			e.newGrantLocked(h, 0, true)
 			e.mu.Unlock()
 			return Grant{}, nil
 		}
@@ -187,8 +186,7 @@ func (e *Engine) issueToken(ctx context.Context, req Request) (Grant, error) {
 	e.mu.Lock()
 	if ls := e.locks[id]; ls != nil {
 		if h := ls.holds[owner]; h != nil {
-			e.grants++
-			h.token, h.tokenDue, h.grant = tok, false, e.grants
+			e.newGrantLocked(h, tok, false)
 		}
 	}
 	e.mu.Unlock()

@@ -37,6 +37,13 @@ import (
 // tokenIssueTimeout bounds the issuance of one deferred token.
 const tokenIssueTimeout = 5 * time.Second
 
+// newGrantLocked records a new explicit grant of h, numbered anew: with
+// token tok, or, deferred, with its token due.
+func (e *Engine) newGrantLocked(h *hold, tok uint64, deferred bool) {
+	e.grants++
+	h.grant, h.token, h.tokenDue, h.tokenWarned = e.grants, tok, deferred, false
+}
+
 // dueToken is a grant whose token is due, with the lease to ask for it.
 type dueToken struct {
 	ls    *lockState
@@ -45,26 +52,37 @@ type dueToken struct {
 	lease Lease
 }
 
+// owesToken reports whether h's current grant still waits for its token:
+// deferred, not read yet, explicit and not lost. (A hold whose explicit
+// part was released while it stays for a lock below keeps tokenDue until
+// its next grant, which numbers it anew: only explicit grants have tokens.)
+// GUARDED_BY(Engine.mu)
+func (h *hold) owesToken() bool {
+	return h.tokenDue && h.explicit != 0 && h.lost == nil
+}
+
+// dueOf is h's current grant on ls as a dueToken.
+func dueOf(ls *lockState, h *hold) dueToken {
+	return dueToken{ls: ls, h: h, grant: h.grant, lease: ls.lease}
+}
+
 // dueLocked appends ls's grants whose token is due to out.
 func (e *Engine) dueLocked(ls *lockState, out []dueToken) []dueToken {
 	if ls.lease == nil {
 		return out
 	}
 	for _, h := range ls.holds {
-		if h.tokenDue && h.explicit != 0 && h.lost == nil {
-			out = append(out, dueToken{ls: ls, h: h, grant: h.grant, lease: ls.lease})
+		if h.owesToken() {
+			out = append(out, dueOf(ls, h))
 		}
 	}
 	return out
 }
 
 // stillDueLocked reports whether d's grant is still the hold's current
-// explicit grant, not lost, and without its token. (A hold whose explicit
-// part was released while it stays for a lock below keeps tokenDue until
-// its next grant, which numbers it anew: only explicit grants have tokens.)
+// grant and still owes its token.
 func stillDueLocked(d dueToken) bool {
-	h := d.h
-	return d.ls.holds[h.owner] == h && h.grant == d.grant && h.tokenDue && h.explicit != 0 && h.lost == nil
+	return d.ls.holds[d.h.owner] == d.h && d.h.grant == d.grant && d.h.owesToken()
 }
 
 // issue issues the tokens of due, one after the other.
@@ -169,7 +187,7 @@ func (e *Engine) Token(id LockID, owner Owner) (uint64, error) {
 			e.mu.Unlock()
 			return 0, fmt.Errorf("token of %s: not issued in %v (see the log)", id, e.tokenTimeout)
 		}
-		d := dueToken{ls: ls, h: h, grant: h.grant, lease: ls.lease}
+		d := dueOf(ls, h)
 		e.mu.Unlock()
 		e.issueOne(d)
 	}
