@@ -193,10 +193,19 @@ func TestStatus(t *testing.T) {
 	h.kill()
 
 	// Read through the descriptor that holds the lock: "you" comes first.
-	r := sh(t, 15*time.Second, fmt.Sprintf(`exec 9<%s && flock -x 9 && cat <&9`, a))
+	holderFirstLine(t, a)
+}
+
+// holderFirstLine takes path's lock exclusively with flock(1) on a
+// descriptor and returns the first line of the status read through it,
+// which names the reader's own token ("you holder token=N").
+func holderFirstLine(t *testing.T, path string) string {
+	t.Helper()
+	r := sh(t, 15*time.Second, fmt.Sprintf(`exec 9<%s && flock -x 9 && head -n 1 <&9`, path))
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "you holder token=") {
-		t.Errorf("status read through the holding descriptor: want a first line \"you holder token=N\", got %v", r)
+		t.Fatalf("status read through the holding descriptor of %s: %v", path, r)
 	}
+	return strings.TrimSpace(r.stdout)
 }
 
 // TestTokenIssuedWhenRead: a lock through the mount whose fencing token
@@ -222,11 +231,7 @@ func TestTokenIssuedWhenRead(t *testing.T) {
 	}
 	readToken := func() string {
 		t.Helper()
-		r := sh(t, 15*time.Second, fmt.Sprintf(`exec 9<%s && flock -x 9 && head -n 1 <&9`, a))
-		if r.code != 0 || !strings.HasPrefix(r.stdout, "you holder token=") {
-			t.Fatalf("status read through the holding descriptor: %v", r)
-		}
-		return strings.TrimSpace(strings.TrimPrefix(r.stdout, "you holder token="))
+		return strings.TrimPrefix(holderFirstLine(t, a), "you holder token=")
 	}
 	unread := func() {
 		t.Helper()
