@@ -11,6 +11,9 @@
 #   ROUNDS=6 N=20000 bash bench/abpair.sh /tmp/lockfs-a /tmp/lockfs-b
 #
 # Extra arguments for both daemons' `lockfs mount` go in MOUNT_ARGS.
+# LOAD=meta runs `loadgen meta` (create, stat and unlink of a new file)
+# N times in the top directory `meta` instead, the load of the bench's
+# meta row; its figure is then µs per cycle.
 set -euo pipefail
 if [ $# -ne 2 ]; then
 	echo "usage: $0 LOCKFS_A LOCKFS_B" >&2
@@ -36,7 +39,7 @@ cleanup() {
 }
 trap cleanup EXIT
 for i in 0 1; do
-	mkdir -p "$work/$i/src/a/b/c/d" "$work/$i/mnt"
+	mkdir -p "$work/$i/src/a/b/c/d" "$work/$i/src/meta" "$work/$i/mnt"
 	# shellcheck disable=SC2086
 	setsid "${bins[$i]}" mount ${MOUNT_ARGS:-} "$work/$i/src" "$work/$i/mnt" >"$work/$i.log" 2>&1 &
 	pids+=($!)
@@ -49,12 +52,25 @@ for i in 0 1; do
 	mountpoint -q "$work/$i/mnt" || { echo "daemon $i did not mount:" >&2; cat "$work/$i.log" >&2; exit 1; }
 done
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-printf '%-5s %-7s %-14s %7s %9s\n' round daemon lock ticks us/pair
+load=${LOAD:-pair}
+case $load in
+pair) targets=(a/b/c/d/.lock .lock) ;;
+meta) targets=(meta) ;;
+*)
+	echo "LOAD must be pair or meta, not $load" >&2
+	exit 2
+	;;
+esac
+printf '%-5s %-7s %-14s %7s %9s\n' round daemon target ticks us/op
 for r in $(seq "$rounds"); do
 	for i in 0 1; do
-		for f in a/b/c/d/.lock .lock; do
+		for f in "${targets[@]}"; do
 			t0=$(ticks "${pids[$i]}")
-			out=$("$loadgen" pair -file "$work/$i/mnt/$f" -n "$n")
+			if [ "$load" = pair ]; then
+				out=$("$loadgen" pair -file "$work/$i/mnt/$f" -n "$n")
+			else
+				out=$("$loadgen" meta -dir "$work/$i/mnt/$f" -n "$n")
+			fi
 			t1=$(ticks "${pids[$i]}")
 			us=$(echo "$out" | python3 -c 'import json, sys; print("%.1f" % (json.load(sys.stdin)["ns_per_op"] / 1000))')
 			printf '%-5s %-7s %-14s %7s %9s\n' "$r" "$([ $i = 0 ] && echo A || echo B)" "$f" $((t1 - t0)) "$us"

@@ -87,27 +87,31 @@ const capFSETIDWord, capFSETIDBit = unix.CAP_FSETID / 32, uint32(1) << (unix.CAP
 // permitted, the goroutine stays on that thread: the thread is never
 // handed to other goroutines, and the daemon's own writes from it clear
 // set-id bits, the safe side.
+//
+// The sets are read once, here: every thread of the daemon has the same
+// (nothing else in it changes them, and a call puts back what it
+// dropped), so a call makes two capset(2)s and no capget(2).
 func backingOpenNoFSETID(open func(fd int) (int32, error)) func(fd int) (int32, error) {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var had [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &had[0]); err != nil {
+		return func(int) (int32, error) { return 0, err }
+	}
+	if had[capFSETIDWord].Effective&capFSETIDBit == 0 {
+		return open
+	}
+	without := had
+	without[capFSETIDWord].Effective &^= capFSETIDBit
 	return func(fd int) (int32, error) {
 		runtime.LockOSThread()
-		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-		var had [2]unix.CapUserData
-		if err := unix.Capget(&hdr, &had[0]); err != nil {
-			runtime.UnlockOSThread()
-			return 0, err
-		}
-		if had[capFSETIDWord].Effective&capFSETIDBit == 0 {
-			defer runtime.UnlockOSThread()
-			return open(fd)
-		}
-		without := had
-		without[capFSETIDWord].Effective &^= capFSETIDBit
-		if err := unix.Capset(&hdr, &without[0]); err != nil {
+		h := hdr
+		if err := unix.Capset(&h, &without[0]); err != nil {
 			runtime.UnlockOSThread()
 			return 0, err
 		}
 		id, err := open(fd)
-		if unix.Capset(&hdr, &had[0]) == nil {
+		h = hdr
+		if unix.Capset(&h, &had[0]) == nil {
 			runtime.UnlockOSThread()
 		}
 		return id, err
