@@ -35,19 +35,19 @@ func readaheadOf(t *testing.T, mnt string) string {
 	return strings.TrimSpace(string(ra))
 }
 
-// The daemon raises the mount's readahead to 1 MiB (it runs as root here),
+// The daemon raises the mount's readahead to 4 MiB (it runs as root here),
 // and sequential reads through the mount still return SOURCE's bytes.
 // Control: --readahead-kb 0 leaves FUSE's 128 KiB, so the test can tell.
 func TestReadaheadRaised(t *testing.T) {
 	requireRoot(t)
-	data := bytes.Repeat([]byte("0123456789abcdef"), 3<<16) // 3 MiB
+	data := bytes.Repeat([]byte("0123456789abcdef"), 9<<16) // 9 MiB: more than one window
 	m := mount(t, withSetup(func(src string) {
 		if err := os.WriteFile(filepath.Join(src, "big"), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}))
-	if got := readaheadOf(t, m.Mnt); got != "1024" {
-		t.Errorf("readahead of the mount: %s KiB, want 1024", got)
+	if got := readaheadOf(t, m.Mnt); got != "4096" {
+		t.Errorf("readahead of the mount: %s KiB, want 4096", got)
 	}
 	// Read it as cat would, with the page cache of SOURCE dropped so that
 	// the reads go to the disk in parallel.
