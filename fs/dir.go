@@ -43,9 +43,18 @@ func (d *Dir) childPath(name string) string {
 }
 
 // at calls fn with an O_PATH descriptor of d and d's attributes, for an
-// operation on a name in d.
+// operation on a name in d. The root's is rootFd itself: it names SOURCE's
+// top directory for the mount's life, so opening "." beneath it again (an
+// openat2 and a close per lookup, create or removal in the top directory)
+// would find the same inode.
 func (d *Dir) at(fn func(dirFd int, dirSt *inodeStat) error) error {
 	var st inodeStat
+	if d == d.fs.root {
+		if err := fstat(d.fs.rootFd, &st); err != nil {
+			return err
+		}
+		return fn(d.fs.rootFd, &st)
+	}
 	fd, err := d.openByName(unix.O_PATH|unix.O_DIRECTORY, &st)
 	if err != nil {
 		return err
