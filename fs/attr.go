@@ -2,7 +2,6 @@ package fs
 
 import (
 	"context"
-	"strings"
 	"syscall"
 
 	"bazil.org/fuse"
@@ -41,14 +40,12 @@ func (n *node) stat() (inodeStat, error) {
 // attributes after each change in it). ok is false where it does not
 // apply.
 func (n *node) statTop(st *inodeStat) (ok bool, err error) {
-	ps := n.paths()
-	if len(ps) != 1 || strings.IndexByte(ps[0], '/') >= 0 {
-		return false, nil
-	}
-	if ps[0] == "." {
+	if n == &n.fs.root.node {
 		err = fstat(n.fs.rootFd, st)
+	} else if name, top := n.topName(); top {
+		err = statx(n.fs.rootFd, name, topStatFlags, st)
 	} else {
-		err = statx(n.fs.rootFd, ps[0], topStatFlags, st)
+		return false, nil
 	}
 	switch {
 	case err == unix.ENOENT || err == unix.ENOTDIR:

@@ -55,9 +55,22 @@ func (d *Dir) at(fn func(dirFd int, dirSt *inodeStat) error) error {
 		}
 		return fn(d.fs.rootFd, &st)
 	}
+	name, top := d.topName()
+	if !top {
+		d.dropPin()
+	} else if of := d.borrowPin(name, &st); of != nil {
+		defer d.returnPin(of)
+		return fn(of.fd, &st)
+	}
 	fd, err := d.openByName(unix.O_PATH|unix.O_DIRECTORY, &st)
 	if err != nil {
 		return err
+	}
+	if top {
+		if of := d.keepPin(fd); of != nil {
+			defer d.returnPin(of)
+			return fn(fd, &st)
+		}
 	}
 	defer closeFd(fd)
 	return fn(fd, &st)

@@ -117,7 +117,8 @@ var (
 //
 // LOCK ORDERING: nodesMu, treeMu, staleMu, node.mu, fileHandle.mu,
 // ownersMu, fileLockOwner.mu and releaseMu are leaves: none is held while
-// taking another, except fileHandle.mu → ownersMu (filelock.go). None is
+// taking another, except fileHandle.mu → ownersMu (filelock.go) and
+// pins.mu → node.mu (pin.go). None is
 // held across a syscall that can block for long (each is held at most
 // across a non-blocking fcntl, dup or close), except shmTwin.mu, which is
 // held across a pread or pwrite of a shared-memory file and taken before
@@ -189,6 +190,9 @@ type FS struct {
 	ownersMu sync.Mutex
 	// pt is the FUSE passthrough state (passthrough.go); pt.mu is a leaf.
 	pt passthrough
+	// pins are the directories whose descriptors are kept (pin.go);
+	// pins.mu is taken before node.mu.
+	pins pinSet
 
 	// owners holds, per backing inode and POSIX lock owner, the backing
 	// descriptor that carries that owner's byte-range locks (filelock.go).
@@ -270,6 +274,7 @@ func (f *FS) Close() error {
 		o.close()
 	}
 	f.closeOpenHandles()
+	f.closePins()
 	if err := unix.Close(f.rootFd); err != nil {
 		return fmt.Errorf("lockfs: close source: %w", err)
 	}

@@ -85,6 +85,10 @@ type node struct {
 	// twin is a shared-memory file's copy of the kernel's cached pages
 	// (shm.go), made on first use. GUARDED_BY(mu)
 	twin *shmTwin
+	// pin is a directory's kept descriptor (pin.go); unpinnable is set
+	// once the kernel forgot the node. GUARDED_BY(mu)
+	pin        *openFile
+	unpinnable bool
 }
 
 // openFile is the backing descriptor of one open handle.
@@ -300,6 +304,9 @@ func (n *node) Forget() {
 		delete(n.fs.nodes, n.key)
 	}
 	n.fs.nodesMu.Unlock()
+	if n.ftype == unix.S_IFDIR {
+		n.forgetPin()
+	}
 	if forgot {
 		n.fs.treeMu.Lock()
 		for _, l := range n.links {
