@@ -22,6 +22,8 @@ type fakeTree struct {
 	// waits counts the WaitExit calls per pid (watches started), and
 	// waiting the calls in progress.
 	waits, waiting map[int]int
+	// scans counts the Descriptors calls.
+	scans int
 }
 
 // fakeDesc names an open file description: the file's inode and an id.
@@ -107,9 +109,24 @@ func (t *fakeTree) WaitExit(ctx context.Context, p ProcID) error {
 	}
 }
 
-func (t *fakeTree) Descriptors(ino uint64, known func(pid int) bool) ([][]ProcID, error) {
+func (t *fakeTree) Descriptors(inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.scans++
+	out := map[uint64][][]ProcID{}
+	for _, ino := range inos {
+		var kn func(pid int) bool
+		if known != nil {
+			kn = func(pid int) bool { return known(ino, pid) }
+		}
+		if g := t.descriptorsLocked(ino, kn); len(g) > 0 {
+			out[ino] = g
+		}
+	}
+	return out, nil
+}
+
+func (t *fakeTree) descriptorsLocked(ino uint64, known func(pid int) bool) [][]ProcID {
 	var ds []fakeDesc
 	for d, holders := range t.fds {
 		if d.ino == ino && len(holders) > 0 {
@@ -141,7 +158,7 @@ func (t *fakeTree) Descriptors(ino uint64, known func(pid int) bool) ([][]ProcID
 		sort.Slice(g, func(i, j int) bool { return g[i].PID < g[j].PID })
 		out = append(out, g)
 	}
-	return out, nil
+	return out
 }
 
 func (t *fakeTree) Lineage(tid int) (Lineage, error) {

@@ -273,30 +273,44 @@ func (e *Engine) findHeirsLocked(holds []*hold) {
 	if len(holds) == 0 {
 		return
 	}
+	// One /proc scan for every control file of the holds: the holds of
+	// one process that held many locks (and the shared holds on their
+	// ancestors, which carry the same control files) are handed on
+	// together when it exits.
 	known := map[uint64]map[int]bool{}
+	var inos []uint64
+	idx := othersIndex{}
 	for _, h := range holds {
 		h.scanning++
 		if known[h.ino] == nil {
 			known[h.ino] = map[int]bool{}
+			inos = append(inos, h.ino)
 		}
-		for p := range e.othersLocked(h) {
+		for p := range e.othersLocked(h, idx) {
 			known[h.ino][p.PID] = true
 		}
 	}
-	found := make(map[uint64][][]ProcID)
 	e.mu.Unlock()
-	for _, h := range holds {
-		if _, ok := found[h.ino]; ok {
-			continue
+	kn := func(ino uint64, pid int) bool { return known[ino][pid] }
+	var found map[uint64][][]ProcID
+	var err error
+	if heirScanEach {
+		found = map[uint64][][]ProcID{}
+		for _, ino := range inos {
+			var one map[uint64][][]ProcID
+			if one, err = e.watcher.Descriptors([]uint64{ino}, kn); err != nil {
+				break
+			}
+			found[ino] = one[ino]
 		}
-		k := known[h.ino]
-		groups, err := e.watcher.Descriptors(h.ino, func(pid int) bool { return k[pid] })
-		if err != nil {
-			e.log.WithError(err).Warn("cannot tell who holds a lock's descriptor: nobody inherits it")
-		}
-		found[h.ino] = groups
+	} else {
+		found, err = e.watcher.Descriptors(inos, kn)
+	}
+	if err != nil {
+		e.log.WithError(err).Warn("cannot tell who holds a lock's descriptor: nobody inherits it")
 	}
 	e.mu.Lock()
+	idx = othersIndex{}
 	for _, h := range holds {
 		h.scanning--
 		if ls := e.locks[h.id]; ls == nil || ls.holds[h.owner] != h {
@@ -305,13 +319,18 @@ func (e *Engine) findHeirsLocked(holds []*hold) {
 		if procs, _ := e.procsLocked(h); len(procs) > 0 || h.scanned {
 			continue
 		}
-		heirs, candidates := e.pickHeirsLocked(h, found[h.ino])
+		heirs, candidates := e.pickHeirsLocked(h, found[h.ino], idx)
 		e.setHeirsLocked(h, heirs)
 		if candidates > 1 {
 			e.rescanLaterLocked(h)
 		}
 	}
 }
+
+// heirScanEach makes findHeirsLocked scan /proc once per control file, as
+// it did before one scan served them all. A variable only for a test's
+// control.
+var heirScanEach = false
 
 // heirRescans are the delays of the scans that follow one that found
 // several candidate descriptions for a hold: a process that has the
@@ -385,36 +404,67 @@ func (e *Engine) setHeirsLocked(h *hold, heirs []ProcID) {
 // nothing about its descriptors of h's: a child of a shell that holds
 // a/.lock through exec 8> inherits descriptor 8 and locks a/b/.lock, which
 // holds a shared; counting it made descriptor 8 two groups, so the shell's
-// hold on a found no heir and refused the child.
-func (e *Engine) othersLocked(h *hold) map[ProcID]bool {
+// hold on a found no heir and refused the child. idx holds what was
+// gathered of each lock since mu was last taken.
+func (e *Engine) othersLocked(h *hold, idx othersIndex) map[ProcID]bool {
 	others := map[ProcID]bool{}
 	ls := e.locks[h.id]
 	if ls == nil {
 		return others
 	}
-	for _, o := range ls.holds {
-		if o != h && o.ino == h.ino && o.owner.Class == OwnerFile && len(o.lineage) > 0 && !e.exitedLocked(o.lineage[0]) {
-			others[o.lineage[0]] = true
-		}
-	}
-	for q := ls.head; q != nil; q = q.next {
-		if q.rc.req.Owner != h.owner && q.rc.req.Ino == h.ino && q.rc.req.Owner.Class == OwnerFile && len(q.rc.lineage) > 0 {
-			others[q.rc.lineage[0]] = true
+	for _, pt := range idx.of(e, ls)[h.ino] {
+		if pt.owner != h.owner {
+			others[pt.p] = true
 		}
 	}
 	return others
+}
+
+// othersIndex is, per lock, the parties that othersLocked counts, by the
+// inode of their control file: gathered once per lock and scan, since a
+// lock that many locks below it hold shared (their ancestor) has a hold
+// per owner, and going through all of them for each hold made the exit of
+// a process holding N locks cost N² steps. Valid while mu stays held.
+type othersIndex map[*lockState]map[uint64][]party
+
+// party is a holder or waiter of a lock through a control file: its owner
+// and the process that took it.
+type party struct {
+	owner Owner
+	p     ProcID
+}
+
+// of returns ls's parties by inode, gathering them on first use: the
+// holds of live takers and the waiters, through flock (OwnerFile).
+func (idx othersIndex) of(e *Engine, ls *lockState) map[uint64][]party {
+	if m, ok := idx[ls]; ok {
+		return m
+	}
+	m := map[uint64][]party{}
+	for _, o := range ls.holds {
+		if o.owner.Class == OwnerFile && len(o.lineage) > 0 && !e.exitedLocked(o.lineage[0]) {
+			m[o.ino] = append(m[o.ino], party{o.owner, o.lineage[0]})
+		}
+	}
+	for q := ls.head; q != nil; q = q.next {
+		if q.rc.req.Owner.Class == OwnerFile && len(q.rc.lineage) > 0 {
+			m[q.rc.req.Ino] = append(m[q.rc.req.Ino], party{q.rc.req.Owner, q.rc.lineage[0]})
+		}
+	}
+	idx[ls] = m
+	return m
 }
 
 // pickHeirsLocked chooses h's open file description among the groups of
 // descriptors of its control file (see the rules at the top of the file).
 // candidates is the number of groups that were not ruled out: heirs are
 // named only if it is 1.
-func (e *Engine) pickHeirsLocked(h *hold, groups [][]ProcID) (heirs []ProcID, candidates int) {
+func (e *Engine) pickHeirsLocked(h *hold, groups [][]ProcID, idx othersIndex) (heirs []ProcID, candidates int) {
 	ls := e.locks[h.id]
 	if ls == nil || len(groups) == 0 {
 		return nil, 0
 	}
-	others := e.othersLocked(h)
+	others := e.othersLocked(h, idx)
 	inGroups := map[ProcID]int{}
 	for _, g := range groups {
 		for _, p := range g {

@@ -3,6 +3,7 @@ package lockmgr
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -183,6 +184,66 @@ func TestHeirsScannedAgainAfterTransientDescriptor(t *testing.T) {
 			_, err = e.Acquire(ctx, Request{Lock: LockID{Path: "d/e", Kind: KindDir}, Mode: Exclusive, Owner: Owner{OwnerFile, 2}, TID: 110, Ino: ino + 1})
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("the shell's child asking for d/e: %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestExitOfManyHoldsScansOnce: flock 100 takes 200 locks p/0 … p/199,
+// each through a description its shell 50 shares (exec N>p/I/.lock), and
+// exits. Every hold, and the shared holds on p that came with them, pass
+// to the shell, after one scan of the processes' descriptors: before, the
+// engine scanned once per lock, and gathered the other parties of p's 200
+// holds once for each of them, which made the exit of a daemon's client
+// holding 12,000 locks take 13 s to hand on. Control: scanning once per
+// control file, as before, makes 200 scans.
+func TestExitOfManyHoldsScansOnce(t *testing.T) {
+	const n = 200
+	for _, tc := range []struct {
+		name  string
+		each  bool
+		scans int
+	}{
+		{"one-scan", false, 1},
+		{"control-scan-each", true, n},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			heirScanEach = tc.each
+			defer func() { heirScanEach = false }()
+			tree := newFakeTree()
+			tree.add(50, 1)
+			tree.add(100, 50)
+			e, err := New(Config{Backend: &memBackend{host: newMemHost()}, Processes: tree})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			ctx := context.Background()
+			lock := func(i int) LockID { return LockID{Path: "p/" + strconv.Itoa(i), Kind: KindDir} }
+			for i := 0; i < n; i++ {
+				ino := uint64(1000 + i)
+				d := fakeDesc{ino: ino, id: uint64(i)}
+				tree.open(50, d)
+				tree.open(100, d)
+				if _, err := e.Acquire(ctx, Request{Lock: lock(i), Mode: Exclusive, Owner: Owner{OwnerFile, uint64(i + 1)}, TID: 100, Wait: true, Ino: ino}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tree.exit(100)
+			testutil.Eventually(t, "every hold to pass to the shell", func() bool {
+				for i := 0; i < n; i++ {
+					st := e.Status(lock(i))
+					if len(st.Holders) != 1 || st.Holders[0].Process.PID != 50 {
+						return false
+					}
+				}
+				return true
+			})
+			tree.mu.Lock()
+			scans := tree.scans
+			tree.mu.Unlock()
+			if scans != tc.scans {
+				t.Errorf("%d scans of the descriptors for the exit, want %d", scans, tc.scans)
 			}
 		})
 	}

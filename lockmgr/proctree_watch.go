@@ -43,12 +43,13 @@ type ProcessWatcher interface {
 	// returning nil (at once if it already has), or until ctx ends,
 	// returning ctx.Err().
 	WaitExit(ctx context.Context, p ProcID) error
-	// Descriptors returns the live processes that hold a descriptor of the
-	// file with inode number ino, one group per open file description. A
-	// process for which known returns true, and that holds exactly one
-	// such descriptor, is known to hold a description of its own: it may
-	// be reported as a group of its own without comparing descriptors.
-	Descriptors(ino uint64, known func(pid int) bool) ([][]ProcID, error)
+	// Descriptors returns, for each file with an inode number in inos
+	// that some live process holds a descriptor of, those processes, one
+	// group per open file description. A process for which known(ino,
+	// pid) returns true, and that holds exactly one descriptor of that
+	// file, is known to hold a description of its own: it may be reported
+	// as a group of its own without comparing descriptors.
+	Descriptors(inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error)
 }
 
 var _ ProcessWatcher = (*ProcTree)(nil)
@@ -110,26 +111,30 @@ func (t *ProcTree) pollExit(ctx context.Context, p ProcID) error {
 	return nil
 }
 
-// Descriptors implements ProcessWatcher. Comparing descriptors costs a
-// kcmp per candidate and group, so the candidates known to hold a
-// description of their own (a waiter's) are set apart first: with many
-// waiters the scan stays linear.
-func (t *ProcTree) Descriptors(ino uint64, known func(pid int) bool) ([][]ProcID, error) {
-	if ino == 0 {
-		return nil, nil
+// Descriptors implements ProcessWatcher: one pass over /proc for all the
+// inodes, so that the exit of a process that held thousands of locks
+// costs one scan, not one per lock. Comparing descriptors costs a kcmp
+// per candidate and group, so the candidates known to hold a description
+// of their own (a waiter's) are set apart first: with many waiters the
+// scan stays linear.
+func (t *ProcTree) Descriptors(inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
+	want := make(map[string]uint64, len(inos))
+	for _, ino := range inos {
+		if ino != 0 {
+			want[strconv.FormatUint(ino, 10)] = ino
+		}
+	}
+	out := make(map[uint64][][]ProcID, len(want))
+	if len(want) == 0 {
+		return out, nil
 	}
 	dirs, err := os.ReadDir(t.root)
 	if err != nil {
 		return nil, fmt.Errorf("descriptors: %w", err)
 	}
 	self := os.Getpid()
-	want := strconv.FormatUint(ino, 10)
-	type fdRef struct {
-		p  ProcID
-		fd int
-	}
-	var cands []fdRef
-	perPID := map[int]int{}
+	cands := map[uint64][]fdRef{}
+	perPID := map[uint64]map[int]int{}
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(d.Name())
 		if err != nil || pid == self {
@@ -142,7 +147,11 @@ func (t *ProcTree) Descriptors(ino uint64, known func(pid int) bool) ([][]ProcID
 		var p ProcID
 		for _, e := range fds {
 			fd, err := strconv.Atoi(e.Name())
-			if err != nil || !t.fdHasInode(d.Name(), e.Name(), want) {
+			if err != nil {
+				continue
+			}
+			ino, ok := t.fdInode(d.Name(), e.Name(), want)
+			if !ok {
 				continue
 			}
 			if p.PID == 0 {
@@ -152,14 +161,35 @@ func (t *ProcTree) Descriptors(ino uint64, known func(pid int) bool) ([][]ProcID
 				}
 				p = ProcID{PID: pid, Start: start}
 			}
-			cands = append(cands, fdRef{p: p, fd: fd})
-			perPID[pid]++
+			cands[ino] = append(cands[ino], fdRef{p: p, fd: fd})
+			if perPID[ino] == nil {
+				perPID[ino] = map[int]int{}
+			}
+			perPID[ino][pid]++
 		}
 	}
+	for ino, cs := range cands {
+		out[ino] = groupDescriptors(cs, func(pid int) bool {
+			return known != nil && perPID[ino][pid] == 1 && known(ino, pid)
+		})
+	}
+	return out, nil
+}
+
+// fdRef is descriptor fd of process p.
+type fdRef struct {
+	p  ProcID
+	fd int
+}
+
+// groupDescriptors groups the descriptors of one file by open file
+// description; a process for which alone returns true is a group of its
+// own without comparing.
+func groupDescriptors(cands []fdRef, alone func(pid int) bool) [][]ProcID {
 	var out [][]ProcID
 	var groups [][]fdRef
 	for _, c := range cands {
-		if known != nil && perPID[c.p.PID] == 1 && known(c.p.PID) {
+		if alone(c.p.PID) {
 			out = append(out, []ProcID{c.p})
 			continue
 		}
@@ -184,31 +214,33 @@ func (t *ProcTree) Descriptors(ino uint64, known func(pid int) bool) ([][]ProcID
 		}
 		out = append(out, procs)
 	}
-	return out, nil
+	return out
 }
 
-// fdHasInode reports whether ROOT/PID/fdinfo/FD names inode want. The
-// link is read first: it costs one call, and only control files (and
-// anything else named like them) go on to fdinfo.
-func (t *ProcTree) fdHasInode(pid, fd, want string) bool {
+// fdInode returns the inode that ROOT/PID/fdinfo/FD names if it is one of
+// want (inode numbers by their decimal text). The link is read first: it
+// costs one call, and only control files (and anything else named like
+// them) go on to fdinfo.
+func (t *ProcTree) fdInode(pid, fd string, want map[string]uint64) (uint64, bool) {
 	link, err := os.Readlink(filepath.Join(t.root, pid, "fd", fd))
 	if err != nil {
-		return false
+		return 0, false
 	}
 	base := filepath.Base(strings.TrimSuffix(link, " (deleted)"))
 	if base != ControlName(KindDir) && base != ControlName(KindNewDir) && base != ControlName(KindUsage) {
-		return false
+		return 0, false
 	}
 	b, err := os.ReadFile(filepath.Join(t.root, pid, "fdinfo", fd))
 	if err != nil {
-		return false
+		return 0, false
 	}
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "ino:"); ok {
-			return strings.TrimSpace(v) == want
+			ino, ok := want[strings.TrimSpace(v)]
+			return ino, ok
 		}
 	}
-	return false
+	return 0, false
 }
 
 // kcmpFile is KCMP_FILE of kcmp(2).
