@@ -201,3 +201,75 @@ func TestInterruptBeforeRegistrationControl(t *testing.T) {
 	}
 	syscall.Kill(-holder, syscall.SIGKILL) // frees the stuck waiter for cleanup
 }
+
+// TestLazyCancelCtx: the tracked context is derived only when used; a
+// cancel before that is applied when it is; one after cancels it; the
+// parent's end reaches it once made. Control: an unused one has made
+// nothing, so the saving is real.
+func TestLazyCancelCtx(t *testing.T) {
+	closed := func(c context.Context) bool {
+		select {
+		case <-c.Done():
+			return true
+		default:
+			return false
+		}
+	}
+	// Unused: nothing made, even after cancel.
+	unused := &lazyCancelCtx{parent: context.Background()}
+	unused.cancel()
+	unused.mu.Lock()
+	made := unused.ctx != nil
+	unused.mu.Unlock()
+	if made {
+		t.Fatal("an unused context was derived")
+	}
+	// Cancelled before first use: done at first use.
+	if !closed(unused) || unused.Err() != context.Canceled {
+		t.Fatalf("cancelled before use: done %v, err %v", closed(unused), unused.Err())
+	}
+	// Used, then cancelled.
+	used := &lazyCancelCtx{parent: context.Background()}
+	if closed(used) {
+		t.Fatal("done before any cancel")
+	}
+	used.cancel()
+	if !closed(used) {
+		t.Fatal("not done after cancel")
+	}
+	// The parent's end reaches a made one.
+	parent, stop := context.WithCancel(context.Background())
+	child := &lazyCancelCtx{parent: parent}
+	if closed(child) {
+		t.Fatal("done before the parent ended")
+	}
+	stop()
+	if !closed(child) {
+		t.Fatal("not done after the parent ended")
+	}
+	// Values come from the parent, and reading one makes nothing.
+	type key struct{}
+	withV := &lazyCancelCtx{parent: context.WithValue(context.Background(), key{}, 7)}
+	if v, _ := withV.Value(key{}).(int); v != 7 {
+		t.Fatalf("value %v, want 7", withV.Value(key{}))
+	}
+	withV.mu.Lock()
+	made = withV.ctx != nil
+	withV.mu.Unlock()
+	if made {
+		t.Error("reading a value derived the context")
+	}
+	// A context derived from it is cancelled with it, made or not.
+	for _, use := range []bool{false, true} {
+		lc := &lazyCancelCtx{parent: context.Background()}
+		if use {
+			lc.Err()
+		}
+		sub, stopSub := context.WithCancel(lc)
+		lc.cancel()
+		if !closed(sub) {
+			t.Errorf("a context derived from one (used first: %v) not done after its cancel", use)
+		}
+		stopSub()
+	}
+}
