@@ -59,7 +59,7 @@ func (d *Dir) at(fn func(dirFd int, dirSt *inodeStat) error) error {
 	if !top {
 		d.dropPin()
 	} else if of := d.borrowPin(name, &st); of != nil {
-		defer d.returnPin(of)
+		defer d.returnOpen(of)
 		return fn(of.fd, &st)
 	}
 	fd, err := d.openByName(unix.O_PATH|unix.O_DIRECTORY, &st)
@@ -68,7 +68,7 @@ func (d *Dir) at(fn func(dirFd int, dirSt *inodeStat) error) error {
 	}
 	if top {
 		if of := d.keepPin(fd); of != nil {
-			defer d.returnPin(of)
+			defer d.returnOpen(of)
 			return fn(fd, &st)
 		}
 	}

@@ -91,7 +91,8 @@ type node struct {
 	unpinnable bool
 }
 
-// openFile is the backing descriptor of one open handle.
+// openFile is the backing descriptor of one open handle, or a directory's
+// pin (pin.go), which is released when it is dropped.
 type openFile struct {
 	// Constant data
 	fd int
@@ -365,8 +366,8 @@ func (n *node) borrowOpen(write bool) *openFile {
 	return pick
 }
 
-// returnOpen ends a borrowOpen; the last borrower of a released handle's
-// descriptor closes it.
+// returnOpen ends a borrowOpen (or a borrowPin); the last borrower of a
+// released handle's descriptor (or a dropped pin) closes it.
 func (n *node) returnOpen(of *openFile) {
 	n.mu.Lock()
 	of.borrowers--

@@ -53,7 +53,8 @@ func (n *node) topName() (string, bool) {
 	return ps[0], true
 }
 
-// borrowPin returns n's pin, borrowed (returnPin ends it), after checking
+// borrowPin returns n's pin, borrowed (returnOpen ends it, as for a
+// handle's descriptor), after checking
 // that name still leads to its inode; st gets the inode's attributes.
 // nil: no pin, or the name leads elsewhere now (the pin is dropped).
 func (n *node) borrowPin(name string, st *inodeStat) *openFile {
@@ -73,26 +74,14 @@ func (n *node) borrowPin(name string, st *inodeStat) *openFile {
 	} else if lstatAt(n.fs.rootFd, name, st) == nil && keyOf(st) == n.key {
 		return of
 	}
-	n.returnPin(of)
+	n.returnOpen(of)
 	n.dropPin()
 	return nil
 }
 
-// returnPin ends a borrowPin (or the use of a pin just made by keepPin);
-// the last user of a dropped pin closes it.
-func (n *node) returnPin(of *openFile) {
-	n.mu.Lock()
-	of.borrowers--
-	last := of.released && of.borrowers == 0
-	n.mu.Unlock()
-	if last {
-		closeFd(of.fd)
-	}
-}
-
 // keepPin makes fd, a checked O_PATH descriptor of n that the caller is
 // using, n's pin, if n has none and the mount has room. It returns the
-// pin, borrowed by the caller (returnPin), or nil if fd was not kept (the
+// pin, borrowed by the caller (returnOpen), or nil if fd was not kept (the
 // caller closes it).
 func (n *node) keepPin(fd int) *openFile {
 	s := &n.fs.pins
