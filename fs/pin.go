@@ -54,9 +54,9 @@ func (n *node) topName() (string, bool) {
 }
 
 // borrowPin returns n's pin, borrowed (returnOpen ends it, as for a
-// handle's descriptor), after checking
-// that name still leads to its inode; st gets the inode's attributes.
-// nil: no pin, or the name leads elsewhere now (the pin is dropped).
+// handle's descriptor), after checking that name still leads to its inode;
+// st gets the inode's attributes. nil: no pin, or the name leads elsewhere
+// now (the pin is dropped).
 func (n *node) borrowPin(name string, st *inodeStat) *openFile {
 	n.mu.Lock()
 	of := n.pin
