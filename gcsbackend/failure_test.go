@@ -91,8 +91,14 @@ func TestCrashTakeover(t *testing.T) {
 	if d := gotY.Sub(lastBeat); d < testTTL-200*time.Millisecond {
 		t.Errorf("newcomer's takeover %v after the last heartbeat, before the TTL", d)
 	}
-	if s := watcher.Stats(); s.Takeovers != 1 {
-		t.Errorf("watcher declared %d sessions dead, want 1", s.Takeovers)
+	// One of the two declares the session dead (a conditional write: the
+	// other finds it dead). Mostly the watcher, whose count started before
+	// the kill; but its verdict waits for its next poll, and on a slow VM
+	// the newcomer's count, started right after the kill, has ended first
+	// (3.049 s against 3.03 s after the kill in one CI run).
+	w, p := watcher.Stats().Takeovers, poller.Stats().Takeovers
+	if w+p != 1 {
+		t.Errorf("the session was declared dead %d times by the watcher and %d by the newcomer, want once in all", w, p)
 	}
 }
 
