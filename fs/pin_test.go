@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // TestPinFollowsTheName: a directory at the top of SOURCE is pinned by the
@@ -67,10 +69,10 @@ func TestPinFollowsTheName(t *testing.T) {
 // closes every descriptor it kept. Control for the count: the directories
 // past maxPins are not pinned, so it can tell.
 func TestPinsBoundedAndReleased(t *testing.T) {
-	before := openFds(t)
+	before := testutil.OpenFds(t)
 	t.Cleanup(func() {
 		// After the unmount and Close (cleanups run last first).
-		if after := openFds(t); after > before {
+		if after := testutil.OpenFds(t); after > before {
 			t.Errorf("%d descriptors open after the mount ended, %d before", after, before)
 		}
 	})
@@ -103,14 +105,4 @@ func TestPinsBoundedAndReleased(t *testing.T) {
 	if n := m.fs.pinCount(); n != 1 {
 		t.Fatalf("%d directories pinned after one more create, want 1", n)
 	}
-}
-
-// openFds counts the test process's open descriptors.
-func openFds(t *testing.T) int {
-	t.Helper()
-	es, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(es)
 }

@@ -84,7 +84,7 @@ func TestIdleDescriptorOfRemovedFileIsNotReused(t *testing.T) {
 
 func TestCloseClosesIdleDescriptors(t *testing.T) {
 	src := newSource(t, "a/b/c")
-	before := openFds(t)
+	before := testutil.OpenFds(t)
 	b, err := New(Config{Source: src})
 	if err != nil {
 		t.Fatal(err)
@@ -92,25 +92,15 @@ func TestCloseClosesIdleDescriptors(t *testing.T) {
 	for _, p := range []string{".", "a", "a/b", "a/b/c"} {
 		mustClaim(t, b, dirID(p), lockmgr.Shared).Release(context.Background())
 	}
-	if got := openFds(t); got <= before {
+	if got := testutil.OpenFds(t); got <= before {
 		t.Fatalf("%d descriptors open with four idle ones, %d before: the test cannot see idle descriptors", got, before)
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := openFds(t); got != before {
+	if got := testutil.OpenFds(t); got != before {
 		t.Fatalf("%d descriptors open after Close, %d before", got, before)
 	}
-}
-
-// openFds counts this process's open descriptors.
-func openFds(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
 }
 
 // A daemon that goes quiet keeps no backing file open that it does not
@@ -120,12 +110,12 @@ func TestIdleDescriptorsClosedWhenQuiet(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	src := newSource(t, "a/b")
 	b := newBackend(t, src)
-	before := openFds(t)
+	before := testutil.OpenFds(t)
 	for _, p := range []string{".", "a", "a/b"} {
 		mustClaim(t, b, dirID(p), lockmgr.Shared).Release(context.Background())
 	}
-	if got := openFds(t); got <= before {
+	if got := testutil.OpenFds(t); got <= before {
 		t.Fatalf("%d descriptors open with three idle ones, %d before: the test cannot see idle descriptors", got, before)
 	}
-	testutil.Eventually(t, "idle descriptors closed by the sweep", func() bool { return openFds(t) == before })
+	testutil.Eventually(t, "idle descriptors closed by the sweep", func() bool { return testutil.OpenFds(t) == before })
 }

@@ -1,12 +1,13 @@
 // Package testutil holds the helpers that the tests of every lockfs package
-// share: waiting for a condition with a generous bound, and failing a test
-// whose goroutines outlive it.
+// share: waiting for a condition with a generous bound, failing a test
+// whose goroutines outlive it, and counting open descriptors.
 //
 // Tests wait for correctness, never for speed (the machine may be loaded):
 // Eventually's bound is a hang detector, not a latency assertion.
 package testutil
 
 import (
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -201,4 +202,15 @@ func (g Goroutines) Leaked(ignore ...string) []string {
 		return len(left) == 0
 	})
 	return left
+}
+
+// OpenFds counts this process's open descriptors, for tests that check
+// that something closes what it opened.
+func OpenFds(t testing.TB) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }
