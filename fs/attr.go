@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"syscall"
 
 	"bazil.org/fuse"
@@ -42,24 +43,39 @@ func (n *node) stat() (inodeStat, error) {
 func (n *node) statTop(st *inodeStat) (ok bool, err error) {
 	if n == &n.fs.root.node {
 		err = fstat(n.fs.rootFd, st)
+		if err == nil && keyOf(st) != n.key {
+			err = errOtherInode
+		}
 	} else if name, top := n.topName(); top {
-		err = statx(n.fs.rootFd, name, topStatFlags, st)
+		err = n.lstatTop(name, st)
 	} else {
 		return false, nil
 	}
-	switch {
-	case err == unix.ENOENT || err == unix.ENOTDIR:
-		return true, n.fs.staleErr(n)
-	case err != nil:
-		return true, err
-	case keyOf(st) != n.key:
+	switch err {
+	case unix.ENOENT, unix.ENOTDIR, errOtherInode:
 		return true, n.fs.staleErr(n)
 	}
-	return true, nil
+	return true, err
 }
 
-// topStatFlags are statTop's statx flags. A variable only so that a test's
-// control can make it follow a symlink.
+// errOtherInode: a name leads to another inode than the node's.
+var errOtherInode = errors.New("the name leads to another inode")
+
+// lstatTop fills st from one statx of name in SOURCE's top directory, not
+// following a symlink, and checks that it is n's inode (errOtherInode if
+// not). statTop and the pins (pin.go) check a top-level name with it.
+func (n *node) lstatTop(name string, st *inodeStat) error {
+	if err := statx(n.fs.rootFd, name, topStatFlags, st); err != nil {
+		return err
+	}
+	if keyOf(st) != n.key {
+		return errOtherInode
+	}
+	return nil
+}
+
+// topStatFlags are lstatTop's statx flags. A variable only so that a
+// test's control can make it follow a symlink.
 var topStatFlags = unix.AT_SYMLINK_NOFOLLOW
 
 // Attr fills a with the backing inode's attributes: those the request

@@ -71,7 +71,7 @@ func (n *node) borrowPin(name string, st *inodeStat) *openFile {
 		if fstat(of.fd, st) == nil {
 			return of
 		}
-	} else if lstatAt(n.fs.rootFd, name, st) == nil && keyOf(st) == n.key {
+	} else if n.lstatTop(name, st) == nil {
 		return of
 	}
 	n.returnOpen(of)
