@@ -291,21 +291,7 @@ func (e *Engine) findHeirsLocked(holds []*hold) {
 		}
 	}
 	e.mu.Unlock()
-	kn := func(ino uint64, pid int) bool { return known[ino][pid] }
-	var found map[uint64][][]ProcID
-	var err error
-	if heirScanEach {
-		found = map[uint64][][]ProcID{}
-		for _, ino := range inos {
-			var one map[uint64][][]ProcID
-			if one, err = e.watcher.Descriptors([]uint64{ino}, kn); err != nil {
-				break
-			}
-			found[ino] = one[ino]
-		}
-	} else {
-		found, err = e.watcher.Descriptors(inos, kn)
-	}
+	found, err := scanDescriptors(e.watcher, inos, func(ino uint64, pid int) bool { return known[ino][pid] })
 	if err != nil {
 		e.log.WithError(err).Warn("cannot tell who holds a lock's descriptor: nobody inherits it")
 	}
@@ -327,10 +313,12 @@ func (e *Engine) findHeirsLocked(holds []*hold) {
 	}
 }
 
-// heirScanEach makes findHeirsLocked scan /proc once per control file, as
-// it did before one scan served them all. A variable only for a test's
-// control.
-var heirScanEach = false
+// scanDescriptors is how findHeirsLocked asks the watcher: one call for
+// every inode. A variable only so that a test's control can scan once per
+// control file, as before.
+var scanDescriptors = func(w ProcessWatcher, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
+	return w.Descriptors(inos, known)
+}
 
 // heirRescans are the delays of the scans that follow one that found
 // several candidate descriptions for a hold: a process that has the

@@ -196,7 +196,7 @@ func TestHeirsScannedAgainAfterTransientDescriptor(t *testing.T) {
 // engine scanned once per lock, and gathered the other parties of p's 200
 // holds once for each of them, which made the exit of a daemon's client
 // holding 12,000 locks take 13 s to hand on. Control: scanning once per
-// control file, as before, makes 200 scans.
+// control file, as before (scanEach), makes 200 scans.
 func TestExitOfManyHoldsScansOnce(t *testing.T) {
 	const n = 200
 	for _, tc := range []struct {
@@ -208,8 +208,11 @@ func TestExitOfManyHoldsScansOnce(t *testing.T) {
 		{"control-scan-each", true, n},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			heirScanEach = tc.each
-			defer func() { heirScanEach = false }()
+			if tc.each {
+				saved := scanDescriptors
+				scanDescriptors = scanEach
+				defer func() { scanDescriptors = saved }()
+			}
 			tree := newFakeTree()
 			tree.add(50, 1)
 			tree.add(100, 50)
@@ -247,4 +250,18 @@ func TestExitOfManyHoldsScansOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scanEach asks w about one inode at a time, as findHeirsLocked did before
+// one scan served them all.
+func scanEach(w ProcessWatcher, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
+	found := map[uint64][][]ProcID{}
+	for _, ino := range inos {
+		one, err := w.Descriptors([]uint64{ino}, known)
+		if err != nil {
+			return found, err
+		}
+		found[ino] = one[ino]
+	}
+	return found, nil
 }
