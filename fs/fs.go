@@ -393,6 +393,9 @@ func ReadDirPlusOption() fuse.MountOption {
 
 // errnoOf returns the errno an error stands for, EIO if none.
 func errnoOf(err error) syscall.Errno {
+	if en, ok := err.(syscall.Errno); ok {
+		return en // most errors: no unwrapping to do
+	}
 	var en syscall.Errno
 	if errors.As(err, &en) {
 		return en
