@@ -109,7 +109,7 @@ var routine = map[syscall.Errno]bool{
 // fail logs a failed backing operation and returns its errno.
 func (f *FS) fail(op, path string, err error) error {
 	errno := errnoOf(err)
-	if routine[errno] && !levelEnabled(f.log, logrus.DebugLevel) {
+	if routine[errno] && !debugEnabled(f.log) {
 		// Every create of a new name fails a lookup first. Building a
 		// log entry that nobody keeps took nine allocations, and 5 % of
 		// the samples of bench's cpu-meta profile.
@@ -131,18 +131,6 @@ func (f *FS) fail(op, path string, err error) error {
 		e.WithError(err).Warn("request failed")
 	}
 	return errno
-}
-
-// levelEnabled reports whether log keeps entries at lvl. A logger that
-// cannot say is taken to keep them.
-func levelEnabled(log logrus.FieldLogger, lvl logrus.Level) bool {
-	switch l := log.(type) {
-	case *logrus.Logger:
-		return l.IsLevelEnabled(lvl)
-	case *logrus.Entry:
-		return l.Logger.IsLevelEnabled(lvl)
-	}
-	return true
 }
 
 // refuse logs a request refused by lockfs's own rules (reserved names,
