@@ -30,7 +30,12 @@ import (
 //   - attributes: the kernel may keep a file's attributes fileAttrValid.
 //     The daemon remembers the version it last gave (attrVer); an open or
 //     a lock grant that finds the file at another version invalidates
-//     them, so that the size the kernel reads up to is the file's.
+//     them, so that the size the kernel reads up to is the file's, and
+//     raises the kernel's size where it may be below the file's
+//     (raiseSize: mappings and splice use the size without asking).
+//   - pages dirtied through a mapping and written back past SOURCE's end
+//     of file (it shrank elsewhere) write only what is before the end
+//     (file.go Write).
 //   - writes, truncates and fallocates through this mount change the
 //     backing file and the kernel's cache alike: the daemon takes the
 //     backing file's version before and after, and if the version before
@@ -78,23 +83,81 @@ func (n *File) isSharedMemory() bool {
 }
 
 // openCache records the version of the file just opened (st) and reports
-// whether the open may keep the kernel's cached pages.
-func (n *File) openCache(st *inodeStat, shared bool) bool {
+// whether the open may keep the kernel's cached pages, and whether the
+// kernel's size may be below the file's (grown: see openGrown).
+func (n *File) openCache(st *inodeStat, shared bool) (keep, grown bool) {
 	if n.fs.cfg.KeepCacheUnsafe {
-		return true
+		return true, false
 	}
 	v := versionOf(st)
 	n.mu.Lock()
-	keep := n.cacheKnown && n.cacheVer == v && !shared
-	n.cacheVer, n.cacheKnown = v, true
+	known := n.cacheKnown
+	keep = known && n.cacheVer == v && !shared
 	staleAttr := n.attrVer != v
+	// The file is larger than the kernel was last told, or its size
+	// changed since the version the daemon knew (a read that came back
+	// short in between may have lowered the kernel's size).
+	grown = !keep && !shared && (st.Size > n.attrVer.size || known && n.cacheVer.size != st.Size)
+	n.cacheVer, n.cacheKnown = v, true
 	n.mu.Unlock()
 	if staleAttr {
 		// The kernel's size and times are older than the file: it would
 		// read only up to the old size until they expire.
 		n.fs.invalidateAttr(n)
 	}
-	return keep
+	return keep, grown
+}
+
+// openGrown follows an open of h (whose file had the attributes st) that
+// openCache found grown: an open that is not a passthrough one raises the
+// kernel's size. The kernel drops the cached pages itself after the open's
+// answer; dropped before, none dirtied through a mapping is left for
+// raiseSize's store to overwrite.
+func (h *fileHandle) openGrown(st *inodeStat) {
+	if h.io == ioPassthrough {
+		return // reads, writes and mappings use SOURCE's own size
+	}
+	h.n.fs.invalidateData(h.n)
+	h.n.raiseSize(h.of.fd, st.Size)
+}
+
+// raiseSize makes the kernel's size of n at least size, that of the
+// backing file (fd) after a change made elsewhere, which may be larger
+// than the kernel's, while n's cached pages have just been dropped. The
+// dropped attributes are fetched again when the kernel stats the file or
+// reads past its old size, but the page faults of a mapping, splice(2)
+// and the write-back of pages dirtied through a mapping use the size the
+// kernel has: a mapping of the new bytes would fault with SIGBUS, a
+// sendfile(2) would stop at the old end, and a store past it would be
+// dropped at write-back (TestDataOpsMatchSource). FUSE_NOTIFY_STORE of the
+// file's last byte, as SOURCE has it, raises the kernel's size to the end
+// of what it stores; NFS gets the same from the GETATTR of its open and
+// lock. No notification lowers the kernel's size (docs/FUSE-NOTES.md):
+// for a file that shrank, Write drops what is written back past the end.
+func (n *File) raiseSize(fd int, size int64) {
+	srv := n.fs.server.Load()
+	if srv == nil || size <= 0 {
+		return
+	}
+	// A descriptor of its own, so that this read, which no program
+	// made, leaves the file's access time alone (O_NOATIME: the file's
+	// owner or CAP_FOWNER), and reads a file opened write-only too.
+	var b [1]byte
+	rfd, err := reopen(fd, unix.O_RDONLY|unix.O_NOATIME)
+	k := 0
+	if err == nil {
+		k, err = unix.Pread(rfd, b[:], size-1)
+		closeFd(rfd)
+	}
+	if err != nil || k != 1 {
+		// Not ours to read without touching it, or shorter again by
+		// now: the kernel keeps its size until it stats the file.
+		n.fs.log.WithError(err).WithField("path", n.path()).Debug("not raising the kernel's size of a grown file")
+		return
+	}
+	if err := srv.NotifyStore(n, uint64(size-1), b[:]); err != nil && !errors.Is(err, fuse.ErrNotCached) {
+		n.fs.log.WithError(err).Warn("raising the kernel's size of a file")
+	}
 }
 
 // noteGiven records that the kernel is given n's attributes st (and
@@ -129,9 +192,11 @@ func (n *node) forgetCache() {
 	n.mu.Unlock()
 }
 
-// revalidate drops the kernel's cache of n if the backing file (st) is
-// not at the known version, or always if force; the version becomes st's.
-func (n *File) revalidate(st *inodeStat, force bool) {
+// revalidate drops the kernel's cache of n if the backing file (st, of
+// the descriptor fd) is not at the known version, or always if force (a
+// shared-memory file), and then raises the kernel's size unless fd is -1;
+// the version becomes st's.
+func (n *File) revalidate(fd int, st *inodeStat, force bool) {
 	v := versionOf(st)
 	n.mu.Lock()
 	stale := force || !n.cacheKnown || n.cacheVer != v
@@ -141,6 +206,11 @@ func (n *File) revalidate(st *inodeStat, force bool) {
 	switch {
 	case stale:
 		n.fs.invalidateData(n) // attributes included
+		if !force && fd >= 0 {
+			// Whatever the kernel was told: a read that came back
+			// short may have lowered its size since.
+			n.raiseSize(fd, st.Size)
+		}
 	case staleAttr:
 		n.fs.invalidateAttr(n)
 	}
@@ -162,7 +232,11 @@ func (h *fileHandle) lockCache(unlock bool) {
 		n.fs.invalidateData(n)
 		return
 	}
-	n.revalidate(&st, shared)
+	fd := h.of.fd
+	if h.io == ioPassthrough {
+		fd = -1 // no size to raise: see openGrown
+	}
+	n.revalidate(fd, &st, shared)
 	if shared {
 		n.revalidateSiblings()
 	} else if !unlock {
@@ -220,7 +294,7 @@ func (n *File) revalidateSiblings() {
 		sib, _ := n.fs.nodes[keyOf(&st)].(*File)
 		n.fs.nodesMu.Unlock()
 		if sib != nil {
-			sib.revalidate(&st, false)
+			sib.revalidate(-1, &st, false)
 		}
 	}
 }

@@ -264,10 +264,14 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 	}
 	h := f.newHandle(fd, flags, &st, req.Uid)
 	opened = true
-	if f.openCache(&st, h.shared) {
+	keep, grown := f.openCache(&st, h.shared)
+	if keep {
 		resp.Flags |= fuse.OpenKeepCache
 	}
 	d.fs.openPassthrough(h, &st, &resp.OpenResponse)
+	if grown {
+		h.openGrown(&st)
+	}
 	setEntryAttr(ctx, f, &st)
 	resp.EntryValid = entryValid
 	return f, h, nil

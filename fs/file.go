@@ -104,10 +104,14 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 	}
 	h := n.newHandle(fd, flags, &st, req.Uid)
 	opened = true
-	if n.openCache(&st, h.shared) {
+	keep, grown := n.openCache(&st, h.shared)
+	if keep {
 		resp.Flags |= fuse.OpenKeepCache
 	}
 	n.fs.openPassthrough(h, &st, resp)
+	if grown {
+		h.openGrown(&st)
+	}
 	return h, nil
 }
 
@@ -291,12 +295,25 @@ func (h *fileHandle) Write(ctx context.Context, req *fuse.WriteRequest, resp *fu
 			return err
 		}
 	}
-	if h.shared {
-		return h.writeShared(req, resp)
+	data := req.Data
+	if req.Flags&fuse.WriteCache != 0 && track && req.Offset+int64(len(data)) > pre.Size {
+		// Pages dirtied through a mapping, written back past SOURCE's
+		// end of file: the file shrank elsewhere since the kernel last
+		// took its size, and the kernel cannot be told a smaller one
+		// (cache.go raiseSize). As on a local file system, what was
+		// stored past the end of file is dropped; written, it would
+		// grow the file again (TestDataOpsMatchSource).
+		data = data[:max(0, min(int64(len(data)), pre.Size-req.Offset))]
 	}
-	done, err := pwriteAll(h.of.fd, req.Data, req.Offset)
+	if h.shared {
+		return h.writeShared(req, data, resp)
+	}
+	done, err := pwriteAll(h.of.fd, data, req.Offset)
 	if err != nil {
 		return h.n.fs.fail("write", h.n.path(), err)
+	}
+	if done == len(data) {
+		done = len(req.Data) // the dropped part included
 	}
 	resp.Size = done
 	return nil
@@ -322,16 +339,17 @@ func pwriteAll(fd int, data []byte, off int64) (int, error) {
 	return done, nil
 }
 
-// writeShared writes to a shared-memory file (shm.go): a page written back
-// from the kernel's cache writes only the bytes stored through a mapping.
-func (h *fileHandle) writeShared(req *fuse.WriteRequest, resp *fuse.WriteResponse) error {
+// writeShared writes data, req's bytes or those of them before SOURCE's
+// end of file, to a shared-memory file (shm.go): a page written back from
+// the kernel's cache writes only the bytes stored through a mapping.
+func (h *fileHandle) writeShared(req *fuse.WriteRequest, data []byte, resp *fuse.WriteResponse) error {
 	t := h.n.twinOf()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	done := len(req.Data)
+	done := len(data)
 	var err error
 	if req.Flags&fuse.WriteCache != 0 {
-		err = t.changedRunsLocked(req.Offset, req.Data, func(off int64, run []byte) error {
+		err = t.changedRunsLocked(req.Offset, data, func(off int64, run []byte) error {
 			got, err := pwriteAll(h.of.fd, run, off)
 			if err == nil && got < len(run) {
 				err = unix.ENOSPC
@@ -339,12 +357,15 @@ func (h *fileHandle) writeShared(req *fuse.WriteRequest, resp *fuse.WriteRespons
 			return err
 		})
 	} else {
-		done, err = pwriteAll(h.of.fd, req.Data, req.Offset)
+		done, err = pwriteAll(h.of.fd, data, req.Offset)
 	}
 	if err != nil {
 		return h.n.fs.fail("write", h.n.path(), err)
 	}
-	t.recordLocked(req.Offset, req.Data[:done], false)
+	t.recordLocked(req.Offset, data[:done], false)
+	if done == len(data) {
+		done = len(req.Data) // the dropped part included
+	}
 	resp.Size = done
 	return nil
 }
