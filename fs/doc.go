@@ -37,10 +37,10 @@
 // uid and gid of the process that asked (the directory's group in a setgid
 // directory, which also passes its setgid bit to new directories), with
 // the mode that process asked for, unaffected by the daemon's umask.
-// bazil cannot report the sticky bit to the kernel, so stat(2) through the
-// mount does not show it; lockfs enforces it itself: in a sticky directory
-// only the owner of an entry, the owner of the directory or root may remove
-// or rename it.
+// The sticky bit shows through the mount (the fork encodes it, PATCHES.md
+// 1), and lockfs enforces it itself too: in a sticky directory only the
+// owner of an entry, the owner of the directory or root may remove or
+// rename it.
 //
 // Reserved names: the control names exist in every directory and shadow
 // any file of that name in SOURCE. They are found by name only: readdir
@@ -73,10 +73,10 @@
 // directory's ..LOCK, which every claim at or below it holds shared) finds
 // every holder and holds new grants off while the rename runs.
 //
-// Not supported: renameat2(2) flags (bazil does not decode RENAME2, and the
-// kernel answers EINVAL for it; RENAME_NOREPLACE onto a name the kernel
-// knows fails with EEXIST before that, and mv -n falls back), O_TMPFILE
-// (EOPNOTSUPP), and showing the sticky bit (see above).
+// renameat2(2)'s RENAME_NOREPLACE and RENAME_EXCHANGE work as on SOURCE
+// (the fork decodes FUSE_RENAME2); RENAME_WHITEOUT is EINVAL.
+//
+// Not supported: O_TMPFILE (EOPNOTSUPP).
 //
 // # Safety
 //

@@ -86,13 +86,20 @@ func stickyAllows(dirSt, st *inodeStat, uid uint32) bool {
 // below it is not moved (EBUSY, as for a mount point): a lock is the lock
 // of its directory's current path, and moving a held one would let the
 // next user of the old path in beside its holder (guardTree).
-// (bazil does not decode RENAME2, so the kernel answers renameat2 flags
-// with EINVAL before asking.)
+// renameat2(2)'s RENAME_NOREPLACE and RENAME_EXCHANGE are those of
+// SOURCE (the fork decodes FUSE_RENAME2, PATCHES.md); an exchange moves
+// both names, so both are checked as the one moved is. RENAME_WHITEOUT
+// (overlayfs's) is EINVAL, as on file systems without whiteouts.
 func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs.Node) error {
 	nd, ok := newDir.(*Dir)
 	if !ok {
 		return syscall.EXDEV
 	}
+	flags := req.Flags
+	if flags&^(fuse.RenameNoReplace|fuse.RenameExchange) != 0 || flags == fuse.RenameNoReplace|fuse.RenameExchange {
+		return syscall.EINVAL
+	}
+	exchange := flags&fuse.RenameExchange != 0
 	oldName, newName := req.OldName, req.NewName
 	if d.fs.isReserved(oldName) || d.fs.isReserved(newName) {
 		return d.fs.refuse("rename", d.childPath(oldName)+" -> "+nd.childPath(newName), syscall.EPERM, "reserved name")
@@ -129,6 +136,17 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 					return err
 				}
 				defer release()
+			}
+			if exchange && replaced && tst.Mode&unix.S_IFMT == unix.S_IFDIR {
+				// The target directory moves too.
+				release, err := d.fs.guardTree(joinRel(nd.relPath(), newName))
+				if err != nil {
+					return err
+				}
+				defer release()
+			}
+			if flags != 0 {
+				return unix.Renameat2(oldFd, oldName, newFd, newName, uint(flags))
 			}
 			err := unix.Renameat(oldFd, oldName, newFd, newName)
 			if !replaced || tst.Mode&unix.S_IFMT != unix.S_IFDIR || (err != unix.ENOTEMPTY && err != unix.EEXIST) {
@@ -167,7 +185,11 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 		moved.base().moveLinkLocked(d, oldName, nd, newName)
 	}
 	if gone != nil {
-		gone.base().dropLinkLocked(nd, newName)
+		if exchange {
+			gone.base().moveLinkLocked(nd, newName, d, oldName)
+		} else {
+			gone.base().dropLinkLocked(nd, newName)
+		}
 	}
 	d.fs.treeMu.Unlock()
 	return nil

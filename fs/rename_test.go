@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lockfs/lockfs/internal/testutil"
 )
 
@@ -118,4 +120,127 @@ func killGroup(t *testing.T, pid int, free string) {
 	t.Helper()
 	syscall.Kill(-pid, syscall.SIGKILL)
 	testutil.Eventually(t, free+" to be free", func() bool { return flockNB(t, "-x", free) })
+}
+
+// TestRenameat2Flags: renameat2(2) with RENAME_NOREPLACE and
+// RENAME_EXCHANGE does through the mount what it does on SOURCE, and the
+// names the kernel and the daemon know follow (reads, a later rename and
+// an unlink by the new names reach the right files in SOURCE). An
+// exchange of a directory with a lock held inside it is EBUSY, as a
+// rename is; RENAME_WHITEOUT and both flags together are EINVAL. Before
+// the fork decoded FUSE_RENAME2 every flag was EINVAL, which fails each
+// of the successful cases here.
+func TestRenameat2Flags(t *testing.T) {
+	m := newCtlMount(t)
+	m.mkdir("d/sub", "e")
+	write := func(rel, s string) {
+		t.Helper()
+		if err := os.WriteFile(m.path(rel), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(p string) string {
+		t.Helper()
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return string(b)
+	}
+	rename2 := func(from, to string, flags uint) error {
+		return unix.Renameat2(unix.AT_FDCWD, m.path(from), unix.AT_FDCWD, m.path(to), flags)
+	}
+	write("a", "A")
+	write("b", "B")
+	write("e/c", "C")
+
+	// NOREPLACE onto an existing name: EEXIST, nothing moves.
+	if err := rename2("a", "b", unix.RENAME_NOREPLACE); !errors.Is(err, syscall.EEXIST) {
+		t.Errorf("RENAME_NOREPLACE onto an existing name: %v, want EEXIST", err)
+	}
+	if read(m.path("a")) != "A" || read(m.path("b")) != "B" {
+		t.Errorf("after a refused RENAME_NOREPLACE: a %q, b %q", read(m.path("a")), read(m.path("b")))
+	}
+	// NOREPLACE onto a free name: a rename.
+	if err := rename2("a", "e/a2", unix.RENAME_NOREPLACE); err != nil {
+		t.Fatalf("RENAME_NOREPLACE onto a free name: %v", err)
+	}
+	if got := read(m.src + "/e/a2"); got != "A" {
+		t.Errorf("SOURCE/e/a2 after RENAME_NOREPLACE: %q", got)
+	}
+	if _, err := os.Lstat(m.path("a")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a after it was renamed away: %v", err)
+	}
+
+	// EXCHANGE of two files in two directories.
+	if err := rename2("e/a2", "b", unix.RENAME_EXCHANGE); err != nil {
+		t.Fatalf("RENAME_EXCHANGE: %v", err)
+	}
+	for rel, want := range map[string]string{"b": "A", "e/a2": "B"} {
+		if got := read(m.path(rel)); got != want {
+			t.Errorf("through the mount, %s after the exchange: %q, want %q", rel, got, want)
+		}
+		if got := read(m.src + "/" + rel); got != want {
+			t.Errorf("in SOURCE, %s after the exchange: %q, want %q", rel, got, want)
+		}
+	}
+	// The daemon's names followed: a rename and an unlink by the new
+	// names reach the files that now have them.
+	if err := os.Rename(m.path("b"), m.path("e/b3")); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(m.src + "/e/b3"); got != "A" {
+		t.Errorf("SOURCE/e/b3 (renamed from b after the exchange): %q, want A", got)
+	}
+	if err := os.Remove(m.path("e/a2")); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(m.src + "/e/b3"); got != "A" {
+		t.Errorf("SOURCE/e/b3 after removing e/a2: %q, want A", got)
+	}
+
+	// EXCHANGE of a file and a directory, and back.
+	if err := rename2("e/c", "d", unix.RENAME_EXCHANGE); err != nil {
+		t.Fatalf("RENAME_EXCHANGE of a file and a directory: %v", err)
+	}
+	if st, err := os.Stat(m.path("e/c/sub")); err != nil || !st.IsDir() {
+		t.Errorf("e/c/sub after exchanging e/c and d: %v", err)
+	}
+	if got := read(m.path("d")); got != "C" {
+		t.Errorf("d after exchanging e/c and d: %q, want C", got)
+	}
+	if err := rename2("e/c", "d", unix.RENAME_EXCHANGE); err != nil {
+		t.Fatalf("RENAME_EXCHANGE back: %v", err)
+	}
+
+	// EXCHANGE with a missing name: ENOENT.
+	if err := rename2("e/c", "nothing", unix.RENAME_EXCHANGE); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("RENAME_EXCHANGE with a missing name: %v, want ENOENT", err)
+	}
+	// Flags the mount does not take.
+	if err := rename2("e/c", "x", unix.RENAME_WHITEOUT); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("RENAME_WHITEOUT: %v, want EINVAL", err)
+	}
+	if err := rename2("e/c", "x", unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("RENAME_NOREPLACE|RENAME_EXCHANGE: %v, want EINVAL", err)
+	}
+
+	// A directory with a lock held inside it is not exchanged, on either
+	// side of the exchange.
+	h := flockHold(t, m.path("d/sub/.lock"), "-x")
+	for _, p := range [][2]string{{"d", "e"}, {"e", "d"}} {
+		if err := rename2(p[0], p[1], unix.RENAME_EXCHANGE); !errors.Is(err, syscall.EBUSY) {
+			t.Errorf("RENAME_EXCHANGE %s, %s while d/sub/.lock is held: %v, want EBUSY", p[0], p[1], err)
+		}
+	}
+	if _, err := os.Stat(m.src + "/d/sub"); err != nil {
+		t.Errorf("d/sub moved while its lock is held: %v", err)
+	}
+	killGroup(t, h, m.src+"/d/sub/..LOCK")
+	testutil.Eventually(t, "the exchange to succeed once the lock is released", func() bool {
+		return rename2("d", "e", unix.RENAME_EXCHANGE) == nil
+	})
+	if _, err := os.Stat(m.src + "/e/sub"); err != nil {
+		t.Errorf("SOURCE/e/sub after exchanging d and e: %v", err)
+	}
 }

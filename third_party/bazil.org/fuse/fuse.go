@@ -914,13 +914,25 @@ func (c *Conn) ReadRequest() (Request, error) {
 			Dir:    m.hdr.Opcode == opRmdir,
 		}
 
-	case opRename:
-		in := (*renameIn)(m.data())
-		if m.len() < unsafe.Sizeof(*in) {
-			goto corrupt
+	case opRename, opRename2:
+		var newDirNodeID NodeID
+		var flags RenameFlags
+		var oldNew []byte
+		if m.hdr.Opcode == opRename2 {
+			in := (*rename2In)(m.data())
+			if m.len() < unsafe.Sizeof(*in) {
+				goto corrupt
+			}
+			newDirNodeID, flags = NodeID(in.Newdir), RenameFlags(in.Flags)
+			oldNew = m.bytes()[unsafe.Sizeof(*in):]
+		} else {
+			in := (*renameIn)(m.data())
+			if m.len() < unsafe.Sizeof(*in) {
+				goto corrupt
+			}
+			newDirNodeID = NodeID(in.Newdir)
+			oldNew = m.bytes()[unsafe.Sizeof(*in):]
 		}
-		newDirNodeID := NodeID(in.Newdir)
-		oldNew := m.bytes()[unsafe.Sizeof(*in):]
 		// oldNew should be "old\x00new\x00"
 		if len(oldNew) < 4 {
 			goto corrupt
@@ -938,6 +950,7 @@ func (c *Conn) ReadRequest() (Request, error) {
 			NewDir:  newDirNodeID,
 			OldName: oldName,
 			NewName: newName,
+			Flags:   flags,
 		}
 
 	case opOpendir, opOpen:
@@ -2832,13 +2845,26 @@ type RenameRequest struct {
 	Header           `json:"-"`
 	NewDir           NodeID
 	OldName, NewName string
+	// Flags are renameat2(2)'s (FUSE_RENAME2); 0 for rename(2). A
+	// handler that does not know a flag must fail with EINVAL: the
+	// request is not a plain rename.
+	Flags RenameFlags
 }
 
 var _ Request = (*RenameRequest)(nil)
 
 func (r *RenameRequest) String() string {
-	return fmt.Sprintf("Rename [%s] from %q to dirnode %v %q", &r.Header, r.OldName, r.NewDir, r.NewName)
+	return fmt.Sprintf("Rename [%s] from %q to dirnode %v %q fl=%#x", &r.Header, r.OldName, r.NewDir, r.NewName, uint32(r.Flags))
 }
+
+// RenameFlags are the flags of renameat2(2).
+type RenameFlags uint32
+
+const (
+	RenameNoReplace RenameFlags = 1 << 0 // RENAME_NOREPLACE: fail with EEXIST if the new name exists
+	RenameExchange  RenameFlags = 1 << 1 // RENAME_EXCHANGE: swap the two names, which both exist
+	RenameWhiteout  RenameFlags = 1 << 2 // RENAME_WHITEOUT: leave a whiteout (overlayfs) in the old name
+)
 
 func (r *RenameRequest) Respond() {
 	buf := newBuffer(0)

@@ -562,6 +562,14 @@ type renameIn struct {
 	// "oldname\x00newname\x00" follows
 }
 
+// rename2In is FUSE_RENAME2's (protocol 7.23): renameat2(2) with flags.
+type rename2In struct {
+	Newdir  uint64
+	Flags   uint32
+	Padding uint32
+	// "oldname\x00newname\x00" follows
+}
+
 type linkIn struct {
 	Oldnodeid uint64
 }
