@@ -155,10 +155,24 @@ func replayFound(t *testing.T, a, b *Mount) {
 	}
 }
 
-// rigT is the part of *testing.T and *rapid.T that the rig needs.
+// rigT is the part of *testing.T and *rapid.T that the rigs need.
 type rigT interface {
 	Helper()
 	Fatalf(format string, args ...any)
+}
+
+// callTrace is the calls a random sequence has made (the rigs of the
+// random tests embed it), for the message of a divergence.
+type callTrace struct{ calls []string }
+
+// fail reports a divergence with the last calls made.
+func (c *callTrace) fail(t rigT, format string, a ...any) {
+	t.Helper()
+	tail := c.calls
+	if len(tail) > 40 {
+		tail = tail[len(tail)-40:]
+	}
+	t.Fatalf("%s\ncalls (last %d): %q", fmt.Sprintf(format, a...), len(tail), tail)
 }
 
 // dataRig is one file used through the mount (mnt, three descriptors:
@@ -180,7 +194,7 @@ type dataRig struct {
 	// old size, and an O_APPEND write is cached at the old end
 	// (docs/DATA-PATH.md).
 	sizeHigh bool
-	trace    []string
+	callTrace
 }
 
 const (
@@ -232,17 +246,7 @@ func pattern(seed, n int) []byte {
 }
 
 func (r *dataRig) note(format string, a ...any) {
-	r.trace = append(r.trace, fmt.Sprintf(format, a...))
-}
-
-// fail reports a divergence with the calls made so far.
-func (r *dataRig) fail(t rigT, format string, a ...any) {
-	t.Helper()
-	tail := r.trace
-	if len(tail) > 40 {
-		tail = tail[len(tail)-40:]
-	}
-	t.Fatalf("%s\ncalls (last %d): %q", fmt.Sprintf(format, a...), len(tail), tail)
+	r.calls = append(r.calls, fmt.Sprintf(format, a...))
 }
 
 // same fails unless both sides' results agree.

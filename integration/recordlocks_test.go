@@ -71,7 +71,7 @@ type lockRig struct {
 	mntPath, otherPath, refPath string
 	mnt, ref                    [3]int
 	probeMnt, probeRef          int
-	trace                       []string
+	callTrace
 }
 
 // lockOwners: OFD locks of descriptors 0, 1, 2, and POSIX locks of this
@@ -118,15 +118,6 @@ func (r *lockRig) close() {
 	unix.Unlink(r.mntPath)
 }
 
-func (r *lockRig) fail(t rigT, format string, a ...any) {
-	t.Helper()
-	tail := r.trace
-	if len(tail) > 40 {
-		tail = tail[len(tail)-40:]
-	}
-	t.Fatalf("%s\ncalls (last %d): %q", fmt.Sprintf(format, a...), len(tail), tail)
-}
-
 // cmdFd is the fcntl command and descriptor of owner o's calls.
 func (r *lockRig) cmdFd(o int, set bool, mount bool) (int, int) {
 	fds := r.ref
@@ -151,7 +142,7 @@ var lockTypes = map[int16]string{unix.F_RDLCK: "read", unix.F_WRLCK: "write", un
 // (n 0: to end of file) on both sides; the results must agree.
 func (r *lockRig) lock(t rigT, o int, typ int16, start, n int64) {
 	t.Helper()
-	r.trace = append(r.trace, fmt.Sprintf("owner %d %s %d+%d", o, lockTypes[typ], start, n))
+	r.calls = append(r.calls, fmt.Sprintf("owner %d %s %d+%d", o, lockTypes[typ], start, n))
 	do := func(mount bool) error {
 		cmd, fd := r.cmdFd(o, true, mount)
 		lk := unix.Flock_t{Type: typ, Whence: 0, Start: start, Len: n}
@@ -199,7 +190,7 @@ func (r *lockRig) getlk(t *rapid.T) {
 	o := rapid.IntRange(0, lockOwners-1).Draw(t, "owner")
 	typ := rapid.SampledFrom([]int16{unix.F_RDLCK, unix.F_WRLCK}).Draw(t, "type")
 	start, n := drawRange(t)
-	r.trace = append(r.trace, fmt.Sprintf("owner %d getlk %s %d+%d", o, lockTypes[typ], start, n))
+	r.calls = append(r.calls, fmt.Sprintf("owner %d getlk %s %d+%d", o, lockTypes[typ], start, n))
 	cm, em := r.conflict(o, true, typ, start, n)
 	cr, er := r.conflict(o, false, typ, start, n)
 	if cm != cr || !errors.Is(em, er) && !errors.Is(er, em) {
@@ -214,7 +205,7 @@ func (r *lockRig) getlk(t *rapid.T) {
 // docs/FUSE-NOTES.md), so the table is compared until it agrees.
 func (r *lockRig) reopen(t *rapid.T) {
 	i := rapid.IntRange(0, 2).Draw(t, "fd")
-	r.trace = append(r.trace, fmt.Sprintf("close fd%d", i))
+	r.calls = append(r.calls, fmt.Sprintf("close fd%d", i))
 	p := r.mntPath
 	if i == 2 {
 		p = r.otherPath

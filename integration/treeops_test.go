@@ -73,7 +73,7 @@ func TestTreeOpsMatchSource(t *testing.T) {
 type treeRig struct {
 	mnt, src, ref string
 	held          []heldPair
-	trace         []string
+	callTrace
 }
 
 type heldPair struct {
@@ -112,15 +112,6 @@ func (r *treeRig) close() {
 	os.RemoveAll(r.mnt)
 }
 
-func (r *treeRig) fail(t rigT, format string, a ...any) {
-	t.Helper()
-	tail := r.trace
-	if len(tail) > 40 {
-		tail = tail[len(tail)-40:]
-	}
-	t.Fatalf("%s\ncalls (last %d): %q", fmt.Sprintf(format, a...), len(tail), tail)
-}
-
 // The names a sequence plays with: a few directories deep, and leaf names
 // that are also directory names, so that calls meet files where they
 // expect directories and the other way round.
@@ -138,7 +129,7 @@ func drawTreePath(t *rapid.T, label string) string {
 // errors must agree.
 func (r *treeRig) both(t rigT, what string, call func(base string) error) {
 	t.Helper()
-	r.trace = append(r.trace, what)
+	r.calls = append(r.calls, what)
 	em, er := call(r.mnt), call(r.ref)
 	if !errors.Is(em, er) && !errors.Is(er, em) {
 		r.fail(t, "%s: through the mount %v, directly %v", what, em, er)
@@ -226,7 +217,7 @@ func (r *treeRig) hold(t *rapid.T) {
 		return
 	}
 	p := drawTreePath(t, "path")
-	r.trace = append(r.trace, "hold "+p)
+	r.calls = append(r.calls, "hold "+p)
 	fm, em := unix.Open(filepath.Join(r.mnt, p), unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	fr, er := unix.Open(filepath.Join(r.ref, p), unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if !errors.Is(em, er) && !errors.Is(er, em) {
@@ -253,7 +244,7 @@ func (r *treeRig) useHeld(t *rapid.T) {
 	h := r.held[i]
 	data := pattern(rapid.IntRange(1, 250).Draw(t, "seed"), rapid.IntRange(1, 3000).Draw(t, "size"))
 	off := int64(rapid.IntRange(0, 6000).Draw(t, "off"))
-	r.trace = append(r.trace, fmt.Sprintf("write held %d (%s) %d+%d", i, h.path, off, len(data)))
+	r.calls = append(r.calls, fmt.Sprintf("write held %d (%s) %d+%d", i, h.path, off, len(data)))
 	nm, em := unix.Pwrite(h.mnt, data, off)
 	nr, er := unix.Pwrite(h.ref, data, off)
 	if nm != nr || !errors.Is(em, er) && !errors.Is(er, em) {
