@@ -100,24 +100,29 @@ func (n *File) openCache(st *inodeStat, shared bool) (keep, grown bool) {
 	grown = !keep && !shared && (st.Size > n.attrVer.size || known && n.cacheVer.size != st.Size)
 	n.cacheVer, n.cacheKnown = v, true
 	n.mu.Unlock()
-	if staleAttr {
+	if staleAttr && !grown {
 		// The kernel's size and times are older than the file: it would
-		// read only up to the old size until they expire.
+		// read only up to the old size until they expire. (openGrown
+		// drops them for a grown file.)
 		n.fs.invalidateAttr(n)
 	}
 	return keep, grown
 }
 
 // openGrown follows an open of h (whose file had the attributes st) that
-// openCache found grown: an open that is not a passthrough one raises the
-// kernel's size. The kernel drops the cached pages itself after the open's
+// openCache found grown, instead of openCache's invalidation of the
+// attributes: an open that is not a passthrough one raises the kernel's
+// size. The kernel drops the cached pages itself after the open's
 // answer; dropped before, none dirtied through a mapping is left for
 // raiseSize's store to overwrite.
 func (h *fileHandle) openGrown(st *inodeStat) {
 	if h.io == ioPassthrough {
-		return // reads, writes and mappings use SOURCE's own size
+		// Reads, writes and mappings use SOURCE's own size; stat uses
+		// the attributes, dropped here.
+		h.n.fs.invalidateAttr(h.n)
+		return
 	}
-	h.n.fs.invalidateData(h.n)
+	h.n.fs.invalidateData(h.n) // attributes included
 	h.n.raiseSize(h.of.fd, st.Size)
 }
 

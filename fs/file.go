@@ -305,10 +305,13 @@ func (h *fileHandle) Write(ctx context.Context, req *fuse.WriteRequest, resp *fu
 		// grow the file again (TestDataOpsMatchSource).
 		data = data[:max(0, min(int64(len(data)), pre.Size-req.Offset))]
 	}
+	var done int
+	var err error
 	if h.shared {
-		return h.writeShared(req, data, resp)
+		done, err = h.writeShared(req, data)
+	} else {
+		done, err = pwriteAll(h.of.fd, data, req.Offset)
 	}
-	done, err := pwriteAll(h.of.fd, data, req.Offset)
 	if err != nil {
 		return h.n.fs.fail("write", h.n.path(), err)
 	}
@@ -340,9 +343,10 @@ func pwriteAll(fd int, data []byte, off int64) (int, error) {
 }
 
 // writeShared writes data, req's bytes or those of them before SOURCE's
-// end of file, to a shared-memory file (shm.go): a page written back from
-// the kernel's cache writes only the bytes stored through a mapping.
-func (h *fileHandle) writeShared(req *fuse.WriteRequest, data []byte, resp *fuse.WriteResponse) error {
+// end of file, to a shared-memory file (shm.go), and returns how many it
+// wrote: a page written back from the kernel's cache writes only the bytes
+// stored through a mapping.
+func (h *fileHandle) writeShared(req *fuse.WriteRequest, data []byte) (int, error) {
 	t := h.n.twinOf()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -360,14 +364,10 @@ func (h *fileHandle) writeShared(req *fuse.WriteRequest, data []byte, resp *fuse
 		done, err = pwriteAll(h.of.fd, data, req.Offset)
 	}
 	if err != nil {
-		return h.n.fs.fail("write", h.n.path(), err)
+		return 0, err
 	}
 	t.recordLocked(req.Offset, data[:done], false)
-	if done == len(data) {
-		done = len(req.Data) // the dropped part included
-	}
-	resp.Size = done
-	return nil
+	return done, nil
 }
 
 // FAllocate passes fallocate(2) through. The kernel does not say whether
