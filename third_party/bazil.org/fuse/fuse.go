@@ -915,24 +915,20 @@ func (c *Conn) ReadRequest() (Request, error) {
 		}
 
 	case opRename, opRename2:
-		var newDirNodeID NodeID
-		var flags RenameFlags
-		var oldNew []byte
+		// rename2In is renameIn with the flags after Newdir.
+		size := unsafe.Sizeof(renameIn{})
 		if m.hdr.Opcode == opRename2 {
-			in := (*rename2In)(m.data())
-			if m.len() < unsafe.Sizeof(*in) {
-				goto corrupt
-			}
-			newDirNodeID, flags = NodeID(in.Newdir), RenameFlags(in.Flags)
-			oldNew = m.bytes()[unsafe.Sizeof(*in):]
-		} else {
-			in := (*renameIn)(m.data())
-			if m.len() < unsafe.Sizeof(*in) {
-				goto corrupt
-			}
-			newDirNodeID = NodeID(in.Newdir)
-			oldNew = m.bytes()[unsafe.Sizeof(*in):]
+			size = unsafe.Sizeof(rename2In{})
 		}
+		if m.len() < size {
+			goto corrupt
+		}
+		newDirNodeID := NodeID((*renameIn)(m.data()).Newdir)
+		var flags RenameFlags
+		if m.hdr.Opcode == opRename2 {
+			flags = RenameFlags((*rename2In)(m.data()).Flags)
+		}
+		oldNew := m.bytes()[size:]
 		// oldNew should be "old\x00new\x00"
 		if len(oldNew) < 4 {
 			goto corrupt
