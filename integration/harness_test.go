@@ -476,12 +476,13 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// start starts a background process in its own process group; cleanup
-// kills the group and reaps it.
+// start starts a background process (a holder) in its own session, and so
+// its own process group: no signal meant for it or its group reaches the
+// test runner. Cleanup kills the group and reaps it.
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(name, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
