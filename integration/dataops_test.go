@@ -155,6 +155,16 @@ func replayFound(t *testing.T, a, b *Mount) {
 	}
 }
 
+// mustDiffer is the end of a control: the comparison of a random test
+// must have found diff, a difference from what unseen names.
+func mustDiffer(t *testing.T, diff, unseen string) {
+	t.Helper()
+	if diff == "" {
+		t.Fatalf("%s went unseen: the comparison cannot fail", unseen)
+	}
+	t.Logf("control differs as it must: %s", diff)
+}
+
 // rigT is the part of *testing.T and *rapid.T that the rigs need.
 type rigT interface {
 	Helper()
