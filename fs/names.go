@@ -45,7 +45,7 @@ func (d *Dir) Remove(ctx context.Context, req *fuse.RemoveRequest) error {
 			return err
 		}
 		// Perhaps empty but for the hidden backing files (rmdir.go).
-		if err := d.fs.removeBackingFiles(dirFd, name, &st); err != nil {
+		if err := d.fs.removeBackingFiles(dirFd, d.relPath(), name, &st, int(req.Header.Pid)); err != nil {
 			return err
 		}
 		return unix.Unlinkat(dirFd, name, unix.AT_REMOVEDIR)
@@ -154,7 +154,7 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 			}
 			// A target directory perhaps empty but for the hidden
 			// backing files (rmdir.go).
-			if err := d.fs.removeBackingFiles(newFd, newName, &tst); err != nil {
+			if err := d.fs.removeBackingFiles(newFd, nd.relPath(), newName, &tst, int(req.Header.Pid)); err != nil {
 				return err
 			}
 			return unix.Renameat(oldFd, oldName, newFd, newName)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"syscall"
 
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
 
@@ -62,8 +63,12 @@ func backingRefusal(err error) (errno syscall.Errno, why string, ok bool) {
 // holds a flock on any of them. It returns nil when the rmdir is worth
 // trying again, ENOTEMPTY when the directory holds anything else (nothing
 // is removed then), errLockHeld or errNotBackingFile (nothing is removed
-// either), or the error of a backing operation.
-func (f *FS) removeBackingFiles(dirFd int, name string, st *inodeStat) error {
+// either), or the error of a backing operation. parent is the relative
+// path of the directory dirFd is open at, and tid the caller: a lock on
+// the directory that came to the caller's lineage with the parent's
+// exclusive new-dir lock (lockmgr.GiveUpAdopted) is given up first, so
+// that a creator may remove what it made under that lock.
+func (f *FS) removeBackingFiles(dirFd int, parent, name string, st *inodeStat, tid int) error {
 	fd, err := openBeneath(dirFd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
@@ -87,9 +92,14 @@ func (f *FS) removeBackingFiles(dirFd int, name string, st *inodeStat) error {
 		}
 	}
 
-	// The backend's claims kept after their release are no hold: have
-	// them dropped, so that only real holds make the rmdir busy.
+	// The caller's own adopted lock is not in the way (see above). The
+	// backend's claims kept after their release are no hold: have them
+	// dropped, so that only real holds make the rmdir busy.
 	if f.cfg.Engine != nil {
+		if f.cfg.Engine.GiveUpAdopted(parent, name, tid) {
+			f.log.WithFields(logrus.Fields{"path": joinRel(parent, name), "pid": tid}).
+				Debug("rmdir by the holder of the new-dir lock: the new directory's lock is given up")
+		}
 		f.cfg.Engine.DropKeptClaims()
 	}
 	// Lock every backing file first, so that a busy one leaves all of

@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +45,57 @@ func TestNewDirAdoption(t *testing.T) {
 		return r.code == 0
 	}) {
 		t.Fatalf("after the new-dir lock was released, flock -n on the new directory: %v", r)
+	}
+}
+
+// TestNewDirCreatorRemoves: the creator of a directory made under an
+// exclusive new-dir lock may remove it again within that lock (rmdir, rm
+// -rf), though the directory's lock came to it with the new-dir lock; made
+// again, it is adopted again. Controls: a stranger's rmdir of the adopted
+// directory is refused with EBUSY meanwhile, and so is the rmdir of a
+// directory whose own lock the remover holds explicitly (PROTOCOL.md §11).
+func TestNewDirCreatorRemoves(t *testing.T) {
+	m := mount(t)
+	holder := start(t, "flock", "-x", m.path("a/.lock_newdir"), "sh", "-c", `
+mkdir "$1" && mkdir "$1/sub" && echo made
+read _
+rm -rf "$1" && echo removed
+mkdir "$1" && echo again
+read _
+rmdir "$1" && echo removed-again
+`, "sh", m.path("a/tmp"))
+	holder.waitLine("made", 10*time.Second)
+	r := run(t, 10*time.Second, "rmdir", m.path("a/tmp/sub"))
+	if r.code != 0 {
+		t.Fatalf("control setup: rmdir of a/tmp/sub, which nobody locks: %v", r)
+	}
+	if r := run(t, 10*time.Second, "rmdir", m.path("a/tmp")); r.code == 0 || !strings.Contains(r.stderr, "busy") {
+		t.Fatalf("control: a stranger's rmdir of the adopted a/tmp: %v, want EBUSY", r)
+	}
+	if err := os.Mkdir(m.path("a/tmp/sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(holder.stdin)
+	holder.waitLine("removed", 10*time.Second)
+	holder.waitLine("again", 10*time.Second)
+	if r := run(t, 10*time.Second, "flock", "-n", m.path("a/tmp/.lock"), "true"); r.code != 1 {
+		t.Fatalf("the directory made again under the new-dir lock is not adopted: flock -n %v, want exit 1", r)
+	}
+	fmt.Fprintln(holder.stdin)
+	holder.waitLine("removed-again", 10*time.Second)
+	if code, ok := holder.wait(10 * time.Second); !ok || code != 0 {
+		t.Fatalf("holder: exit %d (ended %v), stderr %q", code, ok, holder.stderr.String())
+	}
+	if _, err := os.Stat(m.srcPath("a/tmp")); !os.IsNotExist(err) {
+		t.Fatalf("a/tmp still in SOURCE: %v", err)
+	}
+
+	// Control: an explicit lock on the directory still makes its own
+	// holder's rmdir busy.
+	if err := os.Mkdir(m.path("a/kept"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, 10*time.Second, "flock", "-x", m.path("a/kept/.lock"), "rmdir", m.path("a/kept")); r.code == 0 {
+		t.Fatalf("control: rmdir under the directory's own exclusive lock: %v, want EBUSY", r)
 	}
 }

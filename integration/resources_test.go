@@ -241,6 +241,8 @@ func (r *resRig) round() {
 
 // steady samples until two samples a second apart agree, at least 7 s
 // after the round (past the 5 s exit watches), and returns the last one.
+// Goroutines are compared net of the two that each connection runs, since
+// a GCS client may open or close a connection between two samples.
 func (r *resRig) steady() resSample {
 	r.t.Helper()
 	start := time.Now()
@@ -249,7 +251,7 @@ func (r *resRig) steady() resSample {
 		time.Sleep(time.Second)
 		s := r.sample()
 		if time.Since(start) >= 7*time.Second && s.files == prev.files && s.others == prev.others &&
-			s.goroutines == prev.goroutines && s.held == 0 && s.waiters == 0 {
+			s.goroutines-2*s.sockets == prev.goroutines-2*prev.sockets && s.held == 0 && s.waiters == 0 {
 			return s
 		}
 		if time.Since(start) > 40*time.Second {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"slices"
 )
 
 // AdoptNewDir implements the new-dir rule of SPEC §2: "creating a
@@ -70,4 +71,63 @@ func (e *Engine) AdoptNewDir(ctx context.Context, parent, name string, tid int) 
 	// The new-dir lock went away meanwhile: do not keep the child.
 	_ = e.Release(context.WithoutCancel(ctx), child, req.Owner)
 	return false, nil
+}
+
+// GiveUpAdopted lets the creator of a directory made under an exclusive
+// new-dir lock remove it again within that lock (SPEC §2: the directory's
+// lock came with the new-dir lock, it was never asked for). If the lock of
+// parent/name was adopted by a new-dir hold of parent that belongs to tid's
+// lineage, that lock is released now, ahead of the new-dir lock, and
+// GiveUpAdopted reports true. The FUSE layer calls it before it removes the
+// directory's backing files, so that the creator's own adopted lock does
+// not make rmdir fail with EBUSY. Nobody else may create a subdirectory of
+// parent meanwhile (that is what the new-dir lock says), so nobody else can
+// come to hold a lock of that name while the creator removes it.
+func (e *Engine) GiveUpAdopted(parent, name string, tid int) bool {
+	parent, err := CleanPath(parent)
+	if err != nil {
+		return false
+	}
+	child := LockID{Path: path.Join(parent, name), Kind: KindDir}
+	nd := LockID{Path: parent, Kind: KindNewDir}
+	adoptedBy := func() []*hold {
+		var hs []*hold
+		if ls := e.locks[nd]; ls != nil {
+			for _, h := range ls.holds {
+				if h.lost == nil && h.explicit == Exclusive && slices.Contains(h.adopted, child) {
+					hs = append(hs, h)
+				}
+			}
+		}
+		return hs
+	}
+	e.mu.Lock()
+	found := len(adoptedBy()) > 0
+	e.mu.Unlock()
+	if !found {
+		return false
+	}
+	// Read /proc without mu, then look again.
+	lin, err := e.procs.Lineage(tid)
+	if err != nil {
+		return false
+	}
+	e.mu.Lock()
+	wakes := e.wakes
+	defer func() {
+		woke := e.wakes != wakes
+		e.mu.Unlock()
+		if woke {
+			e.yield()
+		}
+	}()
+	for _, h := range adoptedBy() {
+		if !e.belongsToLineageLocked(h, lin) {
+			continue
+		}
+		h.adopted = slices.DeleteFunc(h.adopted, func(id LockID) bool { return id == child })
+		e.releaseAdoptedLocked(child, h.owner)
+		return true
+	}
+	return false
 }

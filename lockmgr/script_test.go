@@ -39,6 +39,8 @@ import (
 //	lose path=P [kind=K] [engine=E]   the backend loses the lease
 //	break path=P [kind=K]         an operator breaks the lock
 //	mkdir pid=N path=P            N created directory P (AdoptNewDir)
+//	rmdir pid=N path=P            N removes directory P: its adopted lock
+//	                              is given up if N may (GiveUpAdopted)
 //	status path=P [kind=K] [engine=E] -> the holders and waiters
 //
 // After every command the engines are allowed to settle; every pending
@@ -417,6 +419,10 @@ func (env *scriptEnv) run(line string) []string {
 		dir, name := path.Split(args["path"])
 		ok, err := env.engine(args["engine"]).AdoptNewDir(context.Background(), strings.TrimSuffix(dir, "/"), name, pid)
 		out = append(out, fmt.Sprintf("adopted=%v %s", ok, result(err)))
+	case "rmdir":
+		pid, _ := strconv.Atoi(args["pid"])
+		dir, name := path.Split(args["path"])
+		out = append(out, fmt.Sprintf("gaveup=%v", env.engine(args["engine"]).GiveUpAdopted(strings.TrimSuffix(dir, "/"), name, pid)))
 	case "break":
 		out = append(out, result(env.engine(args["engine"]).Break(context.Background(), env.lockID(args))))
 	case "status":
