@@ -15,9 +15,9 @@ import (
 
 // TestDaemonResourcesReturnToBaseline: a daemon that has served rounds of
 // everything programs do to it (blocking flocks handed between processes,
-// OFD and POSIX locks on control files, directory and new-dir locks, usage
-// locks, byte-range locks and a shared mapping of a data file, names made,
-// renamed and removed, holders killed with their locks, a waiter killed
+// conversions, OFD and POSIX locks on control files, directory and new-dir
+// locks, usage locks, byte-range locks, F_GETLK and a shared mapping of a
+// data file, names and directories made, renamed and removed, holders killed with their locks, a waiter killed
 // while it waits, a wait ended by a timeout) goes back to what it held
 // before, once the programs are gone: its open descriptors, its goroutines,
 // and no lock held or waited for. A daemon that kept one descriptor or
@@ -127,6 +127,12 @@ for k in range(ndirs):
     d = os.path.join(root, "w%d" % ((k + me * 7) % ndirs))
     with open(os.path.join(d, ".lock"), "r+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
+        r, s = os.path.join(d, "r%d" % me), os.path.join(d, "s%d" % me)
+        os.mkdir(r)
+        os.rename(r, s)
+        os.rmdir(s)
+        fcntl.flock(f, fcntl.LOCK_SH)
+        fcntl.flock(f, fcntl.LOCK_EX)
         fcntl.flock(f, fcntl.LOCK_UN)
         fcntl.flock(f, fcntl.LOCK_SH)
     fd = os.open(os.path.join(d, "sub", ".lock"), os.O_RDWR)
@@ -143,6 +149,7 @@ for k in range(ndirs):
     fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
     os.pwrite(fd, b"x" * 8192, 0)
     fcntl.lockf(fd, fcntl.LOCK_EX, 4096, 4096)
+    fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
     m = mmap.mmap(fd, 8192)
     m[0:4] = b"abcd"
     m.flush()
