@@ -112,15 +112,7 @@ func (e *Engine) GiveUpAdopted(parent, name string, tid int) bool {
 	if err != nil {
 		return false
 	}
-	e.mu.Lock()
-	wakes := e.wakes
-	defer func() {
-		woke := e.wakes != wakes
-		e.mu.Unlock()
-		if woke {
-			e.yield()
-		}
-	}()
+	defer e.endRelease(e.beginRelease())
 	for _, h := range adoptedBy() {
 		if !e.belongsToLineageLocked(h, lin) {
 			continue
