@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"errors"
 	"syscall"
 
@@ -68,7 +69,7 @@ func backingRefusal(err error) (errno syscall.Errno, why string, ok bool) {
 // the directory that came to the caller's lineage with the parent's
 // exclusive new-dir lock (lockmgr.GiveUpAdopted) is given up first, so
 // that a creator may remove what it made under that lock.
-func (f *FS) removeBackingFiles(dirFd int, parent, name string, st *inodeStat, tid int) error {
+func (f *FS) removeBackingFiles(dirFd int, parent, name string, st *inodeStat, tid int) (err error) {
 	fd, err := openBeneath(dirFd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
@@ -95,12 +96,22 @@ func (f *FS) removeBackingFiles(dirFd int, parent, name string, st *inodeStat, t
 	// The caller's own adopted lock is not in the way (see above). The
 	// backend's claims kept after their release are no hold: have them
 	// dropped, so that only real holds make the rmdir busy.
-	if f.cfg.Engine != nil {
-		if f.cfg.Engine.GiveUpAdopted(parent, name, tid) {
-			f.log.WithFields(logrus.Fields{"path": joinRel(parent, name), "pid": tid}).
-				Debug("rmdir by the holder of the new-dir lock: the new directory's lock is given up")
+	if e := f.cfg.Engine; e != nil {
+		if e.GiveUpAdopted(parent, name, tid) {
+			log := f.log.WithFields(logrus.Fields{"path": joinRel(parent, name), "pid": tid})
+			log.Debug("removal by the holder of the new-dir lock: the new directory's lock is given up")
+			defer func() {
+				if err == nil {
+					return
+				}
+				// Not removed after all: the creator keeps its lock,
+				// unless somebody took it meanwhile.
+				if ok, aerr := e.AdoptNewDir(context.Background(), parent, name, tid); !ok {
+					log.WithError(aerr).Warn("a new directory that could not be removed was not locked again for the holder of the new-dir lock")
+				}
+			}()
 		}
-		f.cfg.Engine.DropKeptClaims()
+		e.DropKeptClaims()
 	}
 	// Lock every backing file first, so that a busy one leaves all of
 	// them in place.

@@ -51,20 +51,24 @@ func TestNewDirAdoption(t *testing.T) {
 // TestNewDirCreatorRemoves: the creator of a directory made under an
 // exclusive new-dir lock may remove it again within that lock (rmdir, rm
 // -rf), though the directory's lock came to it with the new-dir lock; made
-// again, it is adopted again. Controls: a stranger's rmdir of the adopted
+// again, it is adopted again, and a removal that fails (a program locking
+// SOURCE directly holds one of its backing files) leaves it the creator's.
+// Controls: a stranger's rmdir of the adopted
 // directory is refused with EBUSY meanwhile, and so is the rmdir of a
 // directory whose own lock the remover holds explicitly (PROTOCOL.md §11).
 func TestNewDirCreatorRemoves(t *testing.T) {
 	m := mount(t)
-	holder := start(t, "flock", "-x", m.path("a/.lock_newdir"), "sh", "-c", `
+	creator := start(t, "flock", "-x", m.path("a/.lock_newdir"), "sh", "-c", `
 mkdir "$1" && mkdir "$1/sub" && echo made
 read _
 rm -rf "$1" && echo removed
 mkdir "$1" && echo again
 read _
+rmdir "$1" || echo busy
+read _
 rmdir "$1" && echo removed-again
 `, "sh", m.path("a/tmp"))
-	holder.waitLine("made", 10*time.Second)
+	creator.waitLine("made", 10*time.Second)
 	r := run(t, 10*time.Second, "rmdir", m.path("a/tmp/sub"))
 	if r.code != 0 {
 		t.Fatalf("control setup: rmdir of a/tmp/sub, which nobody locks: %v", r)
@@ -75,16 +79,27 @@ rmdir "$1" && echo removed-again
 	if err := os.Mkdir(m.path("a/tmp/sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintln(holder.stdin)
-	holder.waitLine("removed", 10*time.Second)
-	holder.waitLine("again", 10*time.Second)
+	fmt.Fprintln(creator.stdin)
+	creator.waitLine("removed", 10*time.Second)
+	creator.waitLine("again", 10*time.Second)
 	if r := run(t, 10*time.Second, "flock", "-n", m.path("a/tmp/.lock"), "true"); r.code != 1 {
 		t.Fatalf("the directory made again under the new-dir lock is not adopted: flock -n %v, want exit 1", r)
 	}
-	fmt.Fprintln(holder.stdin)
-	holder.waitLine("removed-again", 10*time.Second)
-	if code, ok := holder.wait(10 * time.Second); !ok || code != 0 {
-		t.Fatalf("holder: exit %d (ended %v), stderr %q", code, ok, holder.stderr.String())
+	// A program locking SOURCE directly holds one of the new directory's
+	// backing files: the creator's rmdir is busy, and the creator keeps
+	// the directory's lock (it was given up for the removal, and is taken
+	// again when the removal fails).
+	outside := holder(t, m.srcPath("a/tmp/..LOCK_NEWDIR"))
+	fmt.Fprintln(creator.stdin)
+	creator.waitLine("busy", 10*time.Second)
+	if r := run(t, 10*time.Second, "flock", "-n", m.path("a/tmp/.lock"), "true"); r.code != 1 {
+		t.Fatalf("after the creator's rmdir failed, the directory's lock is not the creator's again: flock -n %v, want exit 1", r)
+	}
+	outside.kill()
+	fmt.Fprintln(creator.stdin)
+	creator.waitLine("removed-again", 10*time.Second)
+	if code, ok := creator.wait(10 * time.Second); !ok || code != 0 {
+		t.Fatalf("creator: exit %d (ended %v), stderr %q", code, ok, creator.stderr.String())
 	}
 	if _, err := os.Stat(m.srcPath("a/tmp")); !os.IsNotExist(err) {
 		t.Fatalf("a/tmp still in SOURCE: %v", err)
