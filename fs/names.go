@@ -112,6 +112,8 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 	}
 	var st, tst inodeStat
 	replaced := false
+	tid := int(req.Header.Pid)
+	gaveUp := false // the moved directory's adopted lock was given up (rmdir.go)
 	err := d.at(func(oldFd int, oldDirSt *inodeStat) error {
 		return nd.at(func(newFd int, newDirSt *inodeStat) error {
 			if err := lstatAt(oldFd, oldName, &st); err != nil {
@@ -131,6 +133,11 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 				return err
 			}
 			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				// A directory made under an exclusive new-dir lock may
+				// be renamed by its creator (mkdir tmp.x, fill it, mv
+				// it into place): its adopted lock is given up for the
+				// move and taken again at the new name.
+				gaveUp = d.fs.giveUpAdopted(d.relPath(), oldName, tid)
 				release, err := d.fs.guardTree(joinRel(d.relPath(), oldName))
 				if err != nil {
 					return err
@@ -154,12 +161,21 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 			}
 			// A target directory perhaps empty but for the hidden
 			// backing files (rmdir.go).
-			if err := d.fs.removeBackingFiles(newFd, nd.relPath(), newName, &tst, int(req.Header.Pid)); err != nil {
+			if err := d.fs.removeBackingFiles(newFd, nd.relPath(), newName, &tst, tid); err != nil {
 				return err
 			}
 			return unix.Renameat(oldFd, oldName, newFd, newName)
 		})
 	})
+	if gaveUp {
+		if err == nil {
+			// At its new name (an exchange moves it there too), it is
+			// adopted if the new parent's new-dir lock is the creator's.
+			nd.adoptNewDir(ctx, newName, tid)
+		} else {
+			d.fs.readopt(d.relPath(), oldName, tid)
+		}
+	}
 	if err == errSticky {
 		return d.fs.refuse("rename", d.childPath(oldName), syscall.EPERM, "sticky directory")
 	}

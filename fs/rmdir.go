@@ -96,22 +96,16 @@ func (f *FS) removeBackingFiles(dirFd int, parent, name string, st *inodeStat, t
 	// The caller's own adopted lock is not in the way (see above). The
 	// backend's claims kept after their release are no hold: have them
 	// dropped, so that only real holds make the rmdir busy.
-	if e := f.cfg.Engine; e != nil {
-		if e.GiveUpAdopted(parent, name, tid) {
-			log := f.log.WithFields(logrus.Fields{"path": joinRel(parent, name), "pid": tid})
-			log.Debug("removal by the holder of the new-dir lock: the new directory's lock is given up")
-			defer func() {
-				if err == nil {
-					return
-				}
-				// Not removed after all: the creator keeps its lock,
-				// unless somebody took it meanwhile.
-				if ok, aerr := e.AdoptNewDir(context.Background(), parent, name, tid); !ok {
-					log.WithError(aerr).Warn("a new directory that could not be removed was not locked again for the holder of the new-dir lock")
-				}
-			}()
-		}
-		e.DropKeptClaims()
+	if f.giveUpAdopted(parent, name, tid) {
+		defer func() {
+			if err != nil {
+				// Not removed after all: the creator keeps its lock.
+				f.readopt(parent, name, tid)
+			}
+		}()
+	}
+	if f.cfg.Engine != nil {
+		f.cfg.Engine.DropKeptClaims()
 	}
 	// Lock every backing file first, so that a busy one leaves all of
 	// them in place.
@@ -159,6 +153,31 @@ func (f *FS) removeBackingFiles(dirFd int, parent, name string, st *inodeStat, t
 		}
 	}
 	return nil
+}
+
+// giveUpAdopted gives up the lock of the directory name in parent if it
+// came to tid's lineage with parent's exclusive new-dir lock
+// (lockmgr.Engine.GiveUpAdopted), so that its creator may remove or rename
+// it, and reports whether it did.
+func (f *FS) giveUpAdopted(parent, name string, tid int) bool {
+	if f.cfg.Engine == nil || !f.cfg.Engine.GiveUpAdopted(parent, name, tid) {
+		return false
+	}
+	f.log.WithFields(logrus.Fields{"path": joinRel(parent, name), "pid": tid}).
+		Debug("removal or rename by the holder of the new-dir lock: the new directory's lock is given up")
+	return true
+}
+
+// readopt locks the directory name in parent for the holder of parent's
+// exclusive new-dir lock in tid's lineage, as mkdir does (AdoptNewDir):
+// after a removal or rename that gave its lock up failed, or at the
+// directory's new name. It logs a warning if it cannot.
+func (f *FS) readopt(parent, name string, tid int) {
+	ok, err := f.cfg.Engine.AdoptNewDir(context.Background(), parent, name, tid)
+	if !ok {
+		f.log.WithError(err).WithFields(logrus.Fields{"path": joinRel(parent, name), "pid": tid}).
+			Warn("a directory whose lock its creator gave up for a removal or rename was not locked again for it")
+	}
 }
 
 // openLockFile opens the backing file name in the directory dirFd for

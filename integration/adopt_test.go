@@ -114,3 +114,35 @@ rmdir "$1" && echo removed-again
 		t.Fatalf("control: rmdir under the directory's own exclusive lock: %v, want EBUSY", r)
 	}
 }
+
+// TestNewDirCreatorWorksInIt: within the exclusive new-dir lock, the
+// holder's lineage may lock the directory it made and anything inside it
+// (SPEC §2.3), though the creator (mkdir(1)) has exited; and it may make
+// the directory under a temporary name and move it into place (mv), the
+// directory's lock moving with it. Controls: a stranger can lock neither
+// meanwhile, and a directory moved to a parent whose new-dir lock the mover
+// does not hold is not adopted there.
+func TestNewDirCreatorWorksInIt(t *testing.T) {
+	m := mount(t)
+	creator := start(t, "flock", "-x", m.path("a/.lock_newdir"), "sh", "-c", `
+mkdir "$1/q" && flock -n "$1/q/.lock" true && mkdir "$1/q/sub" && flock -n "$1/q/sub/.lock" true && echo inside
+mkdir "$1/tmp.x" && touch "$1/tmp.x/f" && mv "$1/tmp.x" "$1/final" && echo moved
+mkdir "$1/out" && mv "$1/out" "$2/out" && echo moved-out
+read _ || true
+`, "sh", m.path("a"), m.path("b"))
+	creator.waitLine("inside", 10*time.Second)
+	creator.waitLine("moved", 10*time.Second)
+	creator.waitLine("moved-out", 10*time.Second)
+	for _, p := range []string{"a/q/.lock", "a/final/.lock"} {
+		if r := run(t, 10*time.Second, "flock", "-n", m.path(p), "true"); r.code != 1 {
+			t.Fatalf("control: a stranger's flock -n %s while the creator holds the new-dir lock: %v, want exit 1", p, r)
+		}
+	}
+	if r := run(t, 10*time.Second, "flock", "-n", m.path("b/out/.lock"), "true"); r.code != 0 {
+		t.Fatalf("control: b/out, moved where the creator holds no new-dir lock, is still locked: %v", r)
+	}
+	creator.stdin.Close()
+	if code, ok := creator.wait(10 * time.Second); !ok || code != 0 {
+		t.Fatalf("creator: exit %d (ended %v), stderr %q", code, ok, creator.stderr.String())
+	}
+}

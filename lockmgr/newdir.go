@@ -54,8 +54,23 @@ func (e *Engine) AdoptNewDir(ctx context.Context, parent, name string, tid int) 
 		e.mu.Unlock()
 		return false, nil
 	}
-	req := Request{Lock: child, Mode: Exclusive, Owner: owner.owner, TID: tid, UID: owner.uid}
+	// The new directory's lock is the new-dir lock's owner's: taken as
+	// by the process that took that lock (while it lives) and through the
+	// same control file (for its heirs, heirs.go), not as by the creator,
+	// which is often a mkdir(1) that exits at once. Otherwise the holder's
+	// lineage could not take the new directory's lock again, or one inside
+	// it (lineage, SPEC §2.3), once the creator was gone.
+	req := Request{Lock: child, Mode: Exclusive, Owner: owner.owner, TID: tid, UID: owner.uid, Ino: owner.ino}
+	taker := 0
+	if len(owner.lineage) > 0 && !e.exitedLocked(owner.lineage[0]) {
+		taker = owner.tid
+	}
 	e.mu.Unlock()
+	if taker != 0 && taker != tid {
+		if _, err := e.procs.Lineage(taker); err == nil {
+			req.TID = taker
+		}
+	}
 	if _, err := e.Acquire(ctx, req); err != nil {
 		return false, fmt.Errorf("adopt new dir %s: %w", child, err)
 	}
