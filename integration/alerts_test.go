@@ -43,7 +43,7 @@ func TestDocumentedAlerts(t *testing.T) {
 	addr := freePort(t)
 	m := mount(t, withArgs("--backend", "gcs", "--gcs-bucket", emu.Bucket, "--gcs-endpoint", emu.Endpoint(),
 		"--lease-ttl", gcsTTL.String(), "--host-id", "alerts", "--metrics-addr", addr))
-	scraped := scrapeSeries(t, "http://"+addr+"/metrics")
+	scraped := scrapeSeries(t, "http://"+addr+"/metrics", "lockfs_")
 	m.stop(20 * time.Second)
 
 	const instance = `instance="lockfs-test:9469",job="lockfs"`
@@ -173,10 +173,16 @@ type series struct {
 
 var labelRE = regexp.MustCompile(`(\w+)="((?:[^"\\]|\\.)*)"`)
 
-// scrapeSeries reads the lockfs_ samples of a metrics endpoint.
-func scrapeSeries(t *testing.T, url string) []series {
+// metricsClient closes each scrape's connection, so that a daemon does
+// not keep one open for the test between scrapes (TestDaemonResources...
+// counts the daemon's sockets).
+var metricsClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+
+// scrapeSeries reads the samples of a metrics endpoint whose names start
+// with prefix.
+func scrapeSeries(t *testing.T, url, prefix string) []series {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := metricsClient.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +193,7 @@ func scrapeSeries(t *testing.T, url string) []series {
 	}
 	var out []series
 	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "lockfs_") {
+		if line == "" || strings.HasPrefix(line, "#") || !strings.HasPrefix(line, prefix) {
 			continue
 		}
 		i := strings.LastIndexByte(line, ' ')

@@ -2,8 +2,6 @@ package integration
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -182,10 +180,6 @@ while True:
     time.sleep(60)
 `
 
-// resMetricsClient closes each scrape's connection, so that the daemon
-// does not keep one open for the test between samples.
-var resMetricsClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-
 type resRig struct {
 	t    *testing.T
 	m    *Mount
@@ -325,31 +319,14 @@ func (r *resRig) sample() resSample {
 	}
 	time.Sleep(100 * time.Millisecond) // FORGETs are sent asynchronously
 	var s resSample
-	resp, err := resMetricsClient.Get("http://" + r.addr + "/metrics")
-	if err != nil {
-		t.Fatalf("metrics: %v", err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatalf("metrics: %v", err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		name, value, found := strings.Cut(line, " ")
-		if !found || strings.HasPrefix(line, "#") {
-			continue
-		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			continue
-		}
-		switch {
-		case name == "go_goroutines":
-			s.goroutines = int(v)
-		case strings.HasPrefix(name, "lockfs_locks_held{"):
-			s.held += int(v)
-		case strings.HasPrefix(name, "lockfs_lock_waiters{"):
-			s.waiters += int(v)
+	for _, m := range scrapeSeries(t, "http://"+r.addr+"/metrics", "") {
+		switch m.name {
+		case "go_goroutines":
+			s.goroutines = int(m.value)
+		case "lockfs_locks_held":
+			s.held += int(m.value)
+		case "lockfs_lock_waiters":
+			s.waiters += int(m.value)
 		}
 	}
 	dir := fmt.Sprintf("/proc/%d/fd", r.m.Pid())

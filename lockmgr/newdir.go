@@ -23,11 +23,7 @@ func (e *Engine) AdoptNewDir(ctx context.Context, parent, name string, tid int) 
 	}
 	child := LockID{Path: path.Join(parent, name), Kind: KindDir} // path.Join(".", n) is n
 	nd := LockID{Path: parent, Kind: KindNewDir}
-	e.mu.Lock()
-	ls := e.locks[nd]
-	held := ls != nil && ls.nExclusive > 0
-	e.mu.Unlock()
-	if !held {
+	if !e.newDirHeld(nd) {
 		return false, nil
 	}
 	// Read /proc without mu, then look again.
@@ -36,20 +32,7 @@ func (e *Engine) AdoptNewDir(ctx context.Context, parent, name string, tid int) 
 		return false, nil
 	}
 	e.mu.Lock()
-	if ls = e.locks[nd]; ls == nil {
-		e.mu.Unlock()
-		return false, nil
-	}
-	var owner *hold
-	for _, h := range ls.holds {
-		if h.lost != nil || h.explicit != Exclusive {
-			continue
-		}
-		if e.belongsToLineageLocked(h, lin) {
-			owner = h
-			break
-		}
-	}
+	owner := e.newDirHolderLocked(nd, lin, LockID{})
 	if owner == nil {
 		e.mu.Unlock()
 		return false, nil
@@ -105,21 +88,7 @@ func (e *Engine) GiveUpAdopted(parent, name string, tid int) bool {
 	}
 	child := LockID{Path: path.Join(parent, name), Kind: KindDir}
 	nd := LockID{Path: parent, Kind: KindNewDir}
-	adoptedBy := func() []*hold {
-		var hs []*hold
-		if ls := e.locks[nd]; ls != nil {
-			for _, h := range ls.holds {
-				if h.lost == nil && h.explicit == Exclusive && slices.Contains(h.adopted, child) {
-					hs = append(hs, h)
-				}
-			}
-		}
-		return hs
-	}
-	e.mu.Lock()
-	found := len(adoptedBy()) > 0
-	e.mu.Unlock()
-	if !found {
+	if !e.newDirHeld(nd) {
 		return false
 	}
 	// Read /proc without mu, then look again.
@@ -128,13 +97,42 @@ func (e *Engine) GiveUpAdopted(parent, name string, tid int) bool {
 		return false
 	}
 	defer e.endRelease(e.beginRelease())
-	for _, h := range adoptedBy() {
-		if !e.belongsToLineageLocked(h, lin) {
+	h := e.newDirHolderLocked(nd, lin, child)
+	if h == nil {
+		return false
+	}
+	h.adopted = slices.DeleteFunc(h.adopted, func(id LockID) bool { return id == child })
+	e.releaseAdoptedLocked(child, h.owner)
+	return true
+}
+
+// newDirHeld says whether anyone holds the new-dir lock nd exclusively:
+// the cheap look before a lineage is read from /proc.
+func (e *Engine) newDirHeld(nd LockID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ls := e.locks[nd]
+	return ls != nil && ls.nExclusive > 0
+}
+
+// newDirHolderLocked returns an exclusive hold of the new-dir lock nd that
+// is not lost, belongs to lin and, unless adopted is the zero LockID, was
+// given the lock adopted (AdoptNewDir); nil if none.
+func (e *Engine) newDirHolderLocked(nd LockID, lin Lineage, adopted LockID) *hold {
+	ls := e.locks[nd]
+	if ls == nil {
+		return nil
+	}
+	for _, h := range ls.holds {
+		if h.lost != nil || h.explicit != Exclusive {
 			continue
 		}
-		h.adopted = slices.DeleteFunc(h.adopted, func(id LockID) bool { return id == child })
-		e.releaseAdoptedLocked(child, h.owner)
-		return true
+		if adopted != (LockID{}) && !slices.Contains(h.adopted, adopted) {
+			continue
+		}
+		if e.belongsToLineageLocked(h, lin) {
+			return h
+		}
 	}
-	return false
+	return nil
 }
