@@ -128,6 +128,15 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
+// ContendedLease is implemented by a lease whose backend can learn that
+// someone outside this engine waits for a conflicting claim.
+type ContendedLease interface {
+	// Contended returns a channel that is closed once the backend knows
+	// that someone outside this engine waits for a claim that conflicts
+	// with this lease; nil if the backend cannot tell.
+	Contended() <-chan struct{}
+}
+
 // LeaseDescriber is implemented by leases that have a state worth showing in
 // status output (the gcs backend's expiry, for example).
 type LeaseDescriber interface {
