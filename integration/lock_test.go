@@ -61,6 +61,13 @@ func TestLockThroughMount(t *testing.T) {
 		expectCode(t, "lockfs lock -n while flock(1) holds", lockRun(t, "-n", dir, "true"), 1)
 		expectCode(t, "lockfs lock -n -E 7 while flock(1) holds", lockRun(t, "-n", "-E", "7", dir, "true"), 7)
 		expectCode(t, "lockfs lock -w 1 while flock(1) holds", lockRun(t, "-w", "1", dir, "true"), 1)
+		// flock(1)'s habits: -w 0 fails at once as -n does (it waited for
+		// ever), the other spellings of the flags, the control file as
+		// TARGET.
+		expectCode(t, "lockfs lock -w 0 while flock(1) holds", lockRun(t, "-w", "0", dir, "true"), 1)
+		expectCode(t, "lockfs lock --nb while flock(1) holds", lockRun(t, "--nb", dir, "true"), 1)
+		expectCode(t, "lockfs lock -e --wait 1 while flock(1) holds", lockRun(t, "-e", "--wait", "1", dir, "true"), 1)
+		expectCode(t, "lockfs lock -n on the control file while flock(1) holds", lockRun(t, "-n", m.path("a/.lock"), "true"), 1)
 		r := lockRun(t, "-v", "-w", "2.5", dir, "true")
 		expectCode(t, "lockfs lock -v -w 2.5 while flock(1) holds", r, 1)
 		if !strings.Contains(r.stderr, "waiting") || !strings.Contains(r.stderr, "pid "+strconv.Itoa(h.pid())) ||
@@ -73,6 +80,13 @@ func TestLockThroughMount(t *testing.T) {
 		freeEventually(t, "a after flock(1) ended", m.path("a/.lock"))
 		expectCode(t, "lockfs lock -n once free", lockRun(t, "-n", dir, "true"), 0)
 		expectCode(t, "lockfs lock -w 1 once free", lockRun(t, "-w", "1", dir, "true"), 0)
+		expectCode(t, "lockfs lock -w 0 once free", lockRun(t, "-w", "0", dir, "true"), 0)
+		expectCode(t, "lockfs lock -n -o on the control file once free", lockRun(t, "-n", "-o", m.path("a/.lock"), "true"), 0)
+		// The control file's name says the kind.
+		r = lockRun(t, m.path("a/.lock_newdir"), "sh", "-c", `echo "$LOCKFS_LOCK"`)
+		if r.code != 0 || strings.TrimSpace(r.stdout) != m.path("a/.lock_newdir") {
+			t.Errorf("lockfs lock a/.lock_newdir: %v, want LOCKFS_LOCK %s", r, m.path("a/.lock_newdir"))
+		}
 	})
 
 	t.Run("excludes flock(1)", func(t *testing.T) {
@@ -134,7 +148,13 @@ except BlockingIOError:
 		expectCode(t, "no COMMAND", lockRun(t, dir), 64)
 		expectCode(t, "-s and -x", lockRun(t, "-s", "-x", dir, "true"), 64)
 		expectCode(t, "bad -w", lockRun(t, "-w", "soon", dir, "true"), 64)
-		expectCode(t, "not a lockfs directory", lockRun(t, t.TempDir(), "true"), 69)
+		expectCode(t, "-u", lockRun(t, "-u", dir, "true"), 64)
+		expectCode(t, "not a lockfs directory", lockRun(t, t.TempDir(), "true"), 66)
+		r := lockRun(t, m.path("no/such/dir"), "true")
+		expectCode(t, "no such TARGET", r, 66)
+		if !strings.Contains(r.stderr, "no such file or directory") {
+			t.Errorf("lockfs lock of a missing TARGET says %q, want \"no such file or directory\"", r.stderr)
+		}
 	})
 
 	t.Run("signals forwarded to COMMAND", func(t *testing.T) {
@@ -246,7 +266,7 @@ func TestLockSource(t *testing.T) {
 		if tok2, _ := strconv.ParseUint(f[0], 10, 64); tok2 <= tok1 {
 			t.Errorf("token %d after %d: want it to increase", tok2, tok1)
 		}
-		expectCode(t, "DIR outside SOURCE", lockRun(t, noMount(t.TempDir(), "true")...), 69)
+		expectCode(t, "DIR outside SOURCE", lockRun(t, noMount(t.TempDir(), "true")...), 66)
 	})
 }
 

@@ -30,8 +30,17 @@ func (d *durationValue) Set(s string) error {
 	return nil
 }
 
-func (d *durationValue) Type() string   { return "duration" }
-func (d *durationValue) String() string { return time.Duration(*d).String() }
+func (d *durationValue) Type() string { return "duration" }
+
+// String is the duration as Go writes it, but 0 as "0", which pflag's help
+// takes for a zero default and leaves out: a flag whose 0 means something
+// (-w 0) says so in its usage instead.
+func (d *durationValue) String() string {
+	if *d == 0 {
+		return "0"
+	}
+	return time.Duration(*d).String()
+}
 
 // parseDuration parses a duration or a number of seconds; negative values
 // are refused.

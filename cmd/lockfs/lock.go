@@ -7,27 +7,44 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
-// Exit codes of "lockfs lock" (SPEC §6a). They follow flock(1): COMMAND's
-// own status when it ran (128+N when a signal N ended it), 1 when the lock
-// could not be had in time, 64 (EX_USAGE) for a bad command line; and two
-// of lockfs's own.
+// Exit codes of "lockfs lock" (SPEC §6a). They follow flock(1) of
+// util-linux 2.38: COMMAND's own status when it ran (128+N when a signal N
+// ended it), 1 when the lock could not be had in time, 64 (EX_USAGE) for a
+// bad command line, 66 (EX_NOINPUT) for a TARGET that cannot be used, as
+// flock(1) exits for a lock file it cannot open; and two of lockfs's own.
+// Where flock(1) exits 69 for a COMMAND it cannot run, lockfs lock exits
+// 126 or 127 as sh(1), env(1) and timeout(1) do (and as flock -c does): 69
+// is the lock that could not be taken, which a script must tell apart.
 const (
 	lockExitConflict    = 1   // -n found the lock held, or -w timed out (unless -E)
-	lockExitUsage       = 64  // EX_USAGE, as flock(1)
+	lockExitNoInput     = 66  // EX_NOINPUT: TARGET does not exist or is no lockfs directory
 	lockExitUnavailable = 69  // EX_UNAVAILABLE: the lock could not be taken for another reason
 	lockExitLost        = 75  // EX_TEMPFAIL: the lock was lost while COMMAND ran
 	lockExitNotExec     = 126 // COMMAND could not be run (as sh(1))
 	lockExitNotFound    = 127 // COMMAND was not found (as sh(1))
 )
+
+// targetError is a TARGET that cannot be used: lockfs lock exits
+// lockExitNoInput.
+type targetError struct{ err error }
+
+func (e *targetError) Error() string { return e.err.Error() }
+func (e *targetError) Unwrap() error { return e.err }
+
+func targetErrorf(format string, args ...any) error {
+	return &targetError{err: fmt.Errorf(format, args...)}
+}
 
 const lockLong = `Take a lock, run COMMAND while holding it, release it when COMMAND ends,
 and exit with COMMAND's status, like flock(1).
@@ -35,7 +52,10 @@ and exit with COMMAND's status, like flock(1).
 TARGET is one of:
   DIR                      a directory inside a lockfs mount: the lock is taken
                            through its control file (DIR/.lock for --kind dir),
-                           whatever backend the mount uses;
+                           whatever backend the mount uses; or that control
+                           file itself, as flock(1) takes it (DIR/.lock,
+                           DIR/.lock_newdir, DIR/.lock_usage: the kind is
+                           the file's);
   --source SOURCE DIR      no mount: the local backend in this process, on the
                            ..LOCK files of SOURCE, so the lock excludes and is
                            excluded by every mount over SOURCE and by programs
@@ -48,6 +68,13 @@ TARGET is one of:
 
 COMMAND may also be given as -c 'command line' (before or right after
 TARGET), run with sh -c. Flags end at TARGET: what follows is COMMAND's.
+
+flock(1)'s spellings work: -e for -x, --nb for --nonblock, --wait for
+--timeout, and -w 0 fails at once like -n. -o (--close) is what lockfs lock
+always does: COMMAND never inherits the lock's descriptor, so a daemon that
+COMMAND leaves behind does not keep the lock. -u (--unlock) has no meaning
+here: flock -u unlocks a descriptor that a shell holds, and lockfs lock
+holds none for the shell; its lock ends when COMMAND ends.
 
 COMMAND runs in its own process group with stdin, stdout and stderr passed
 through and LOCKFS_TOKEN (the grant's fencing token) and LOCKFS_LOCK (the
@@ -62,15 +89,16 @@ signalled. If lockfs lock itself is killed, COMMAND gets SIGTERM from the
 kernel (PR_SET_PDEATHSIG) as the lock goes with lockfs lock.
 
 Exit status: COMMAND's (128+N if signal N ended it); 1 if -n found the lock
-held or -w ran out (CODE with -E); 64 for a bad command line; 69 if the lock
-could not be taken for another reason (not a lockfs directory, backend
-unreachable, deadlock, no fencing token could be issued); 75 if the lock was
-lost while COMMAND ran; 126 or 127 if COMMAND could not be run or was not
-found.`
+held or -w ran out (CODE with -E); 64 for a bad command line; 66 if TARGET
+does not exist or is not in a lockfs mount (or DIR not in SOURCE); 69 if the
+lock could not be taken for another reason (backend unreachable, deadlock,
+permission, no fencing token could be issued); 75 if the lock was lost while
+COMMAND ran; 126 or 127 if COMMAND could not be run or was not found.`
 
 const lockExample = `  lockfs lock /mnt/projects/alpha -- make deploy              # exclusive
   lockfs lock -s -w 30 /mnt/projects/alpha -- make check      # shared, wait 30 s at most
   lockfs lock -n /mnt/projects/alpha -c 'echo got it'         # fail at once if held
+  lockfs lock /mnt/projects/alpha/.lock_newdir -- mkdir new   # the kind from the control file
   lockfs lock --source /srv/projects alpha -- ./deploy.sh     # no mount
   lockfs lock --backend gcs --gcs-bucket acme-locks alpha -- ./deploy.sh`
 
@@ -79,8 +107,12 @@ type lockFlags struct {
 	shared, exclusive bool
 	nonblock          bool
 	wait              time.Duration
+	waitSet           bool // -w was given: -w 0 is -n, as in flock(1)
 	conflictCode      int
 	kind              string
+	kindSet           bool // --kind was given
+	closeFD           bool // -o: always so (see lockLong)
+	unlock            bool // -u: refused (see lockLong)
 	verbose           bool
 	killAfter         time.Duration
 	shellCommand      string
@@ -97,16 +129,32 @@ func newLockCmd() *cobra.Command {
 		Long:    lockLong,
 		Example: lockExample,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			lf.waitSet = cmd.Flags().Changed("timeout")
+			lf.kindSet = cmd.Flags().Changed("kind")
 			return runLock(cmd, lf, args)
 		},
 	}
 	fs := cmd.Flags()
 	// Flags end at TARGET, as flock(1)'s do: what follows is COMMAND's.
 	fs.SetInterspersed(false)
+	// flock(1)'s other long spellings of the same flags.
+	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		switch name {
+		case "wait":
+			name = "timeout"
+		case "nb":
+			name = "nonblock"
+		}
+		return pflag.NormalizedName(name)
+	})
 	fs.BoolVarP(&lf.shared, "shared", "s", false, "take the lock shared")
-	fs.BoolVarP(&lf.exclusive, "exclusive", "x", false, "take the lock exclusive (the default)")
-	fs.BoolVarP(&lf.nonblock, "nonblock", "n", false, "fail (exit 1) rather than wait if the lock is held")
-	durationVarP(fs, &lf.wait, "timeout", "w", 0, "fail (exit 1) if the lock is not had within SECONDS (30, 1.5 or 2m; 0: wait forever)")
+	fs.BoolVarP(&lf.exclusive, "exclusive", "x", false, "take the lock exclusive (the default; also -e)")
+	fs.BoolVarP(&lf.exclusive, "exclusive-e", "e", false, "flock(1)'s -e: -x")
+	_ = fs.MarkHidden("exclusive-e")
+	fs.BoolVarP(&lf.nonblock, "nonblock", "n", false, "fail (exit 1) rather than wait if the lock is held (also --nb)")
+	durationVarP(fs, &lf.wait, "timeout", "w", 0, "fail (exit 1) if the lock is not had within SECONDS (30, 1.5 or 2m; 0: at once, as -n; also --wait); without -w: wait for ever")
+	fs.BoolVarP(&lf.closeFD, "close", "o", false, "COMMAND does not inherit the lock's descriptor: always so, accepted for flock(1)'s sake")
+	fs.BoolVarP(&lf.unlock, "unlock", "u", false, "refused: flock(1)'s -u unlocks a shell's descriptor; lockfs lock's lock ends with COMMAND")
 	fs.IntVarP(&lf.conflictCode, "conflict-exit-code", "E", lockExitConflict, "exit status when -n or -w fails")
 	fs.StringVar(&lf.kind, "kind", "dir", "which lock of the directory: dir (.lock), newdir (.lock_newdir) or usage (.lock_usage, exclusive only)")
 	fs.BoolVarP(&lf.verbose, "verbose", "v", false, "while waiting, say on stderr what for and who holds the lock (after 1 s, then every 10 s)")
@@ -124,27 +172,58 @@ func newLockCmd() *cobra.Command {
 
 // lockRequest is a validated "lockfs lock" command line.
 type lockRequest struct {
-	target  string
-	mode    lockmgr.Mode
-	kind    lockmgr.Kind
-	command []string
+	target   string // the directory
+	mode     lockmgr.Mode
+	kind     lockmgr.Kind
+	nonblock bool          // fail at once if the lock is held
+	wait     time.Duration // with !nonblock: at most this long (0: for ever)
+	command  []string
+}
+
+// controlKind returns the kind whose control file is named name.
+func controlKind(name string) (lockmgr.Kind, bool) {
+	for _, k := range []lockmgr.Kind{lockmgr.KindDir, lockmgr.KindNewDir, lockmgr.KindUsage} {
+		if name == lockmgr.ControlName(k) {
+			return k, true
+		}
+	}
+	return 0, false
 }
 
 // parseLockArgs checks the flags and splits args into TARGET and COMMAND.
 func parseLockArgs(lf lockFlags, args []string) (lockRequest, error) {
 	var r lockRequest
+	if lf.unlock {
+		return r, usagef("-u: lockfs lock holds no descriptor for the shell to unlock (flock -u FD does that); " +
+			"its lock ends when COMMAND ends")
+	}
 	if lf.shared && lf.exclusive {
 		return r, usagef("-s and -x exclude each other")
 	}
 	if lf.nonblock && lf.wait > 0 {
 		return r, usagef("-n and -w exclude each other")
 	}
+	if lf.waitSet && lf.wait == 0 {
+		lf.nonblock = true // as flock(1): -w 0 is -n
+	}
+	r.nonblock, r.wait = lf.nonblock, lf.wait
 	if lf.conflictCode < 0 || lf.conflictCode > 255 {
 		return r, usagef("-E %d: want an exit status from 0 to 255", lf.conflictCode)
 	}
 	kind, err := lockmgr.ParseKind(lf.kind)
 	if err != nil {
 		return r, usagef("--kind %q: want dir, newdir or usage", lf.kind)
+	}
+	if len(args) > 0 {
+		// A control file as TARGET, as flock(1) users name it: the
+		// directory is its parent, the kind its name's.
+		if k, ok := controlKind(filepath.Base(args[0])); ok {
+			if lf.kindSet && k != kind {
+				return r, usagef("--kind %s and TARGET %s name different locks", lf.kind, args[0])
+			}
+			kind = k
+			args = append([]string{filepath.Dir(args[0])}, args[1:]...)
+		}
 	}
 	r.kind, r.mode = kind, lockmgr.Exclusive
 	if lf.shared {
@@ -246,7 +325,12 @@ func runLock(cmd *cobra.Command, lf lockFlags, args []string) error {
 
 	l, err := newLocker(lf, r)
 	if err != nil {
-		return &exitCodeError{code: lockExitUnavailable, msg: "lockfs lock: " + err.Error()}
+		code := lockExitUnavailable
+		var te *targetError
+		if errors.As(err, &te) {
+			code = lockExitNoInput
+		}
+		return &exitCodeError{code: code, msg: "lockfs lock: " + err.Error()}
 	}
 	h, err := acquireLock(l, lf, r, sigs, stderr)
 	if err != nil {
@@ -271,9 +355,9 @@ func runLock(cmd *cobra.Command, lf lockFlags, args []string) error {
 func acquireLock(l locker, lf lockFlags, r lockRequest, sigs <-chan os.Signal, stderr io.Writer) (heldLock, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if lf.wait > 0 {
+	if r.wait > 0 && !r.nonblock {
 		var c context.CancelFunc
-		ctx, c = context.WithTimeout(ctx, lf.wait)
+		ctx, c = context.WithTimeout(ctx, r.wait)
 		defer c()
 	}
 	type result struct {
@@ -282,11 +366,11 @@ func acquireLock(l locker, lf lockFlags, r lockRequest, sigs <-chan os.Signal, s
 	}
 	done := make(chan result, 1)
 	go func() {
-		h, err := l.acquire(ctx, r.mode, !lf.nonblock)
+		h, err := l.acquire(ctx, r.mode, !r.nonblock)
 		done <- result{h, err}
 	}()
 	var report <-chan time.Time
-	if lf.verbose && !lf.nonblock {
+	if lf.verbose && !r.nonblock {
 		t := time.NewTimer(time.Second)
 		defer t.Stop()
 		report = t.C
@@ -326,7 +410,7 @@ wait:
 		return nil, &exitCodeError{code: lf.conflictCode}
 	case errors.Is(err, context.DeadlineExceeded):
 		return nil, &exitCodeError{code: lf.conflictCode,
-			msg: fmt.Sprintf("lockfs lock: %s still held after %v", l.name(), lf.wait)}
+			msg: fmt.Sprintf("lockfs lock: %s still held after %v", l.name(), r.wait)}
 	default:
 		return nil, &exitCodeError{code: lockExitUnavailable, msg: fmt.Sprintf("lockfs lock: %v", err)}
 	}

@@ -24,6 +24,13 @@ func TestParseLockArgs(t *testing.T) {
 		{"TARGET -c", nil, []string{"d", "-c", "echo hi"}, lockRequest{target: "d", mode: lockmgr.Exclusive, kind: lockmgr.KindDir, command: []string{"/bin/sh", "-c", "echo hi"}}},
 		{"-c after --", nil, []string{"d", "--", "-c", "x"}, lockRequest{target: "d", mode: lockmgr.Exclusive, kind: lockmgr.KindDir, command: []string{"-c", "x"}}},
 		{"usage kind", func(l *lockFlags) { l.kind = "usage" }, []string{"d", "cmd"}, lockRequest{target: "d", mode: lockmgr.Exclusive, kind: lockmgr.KindUsage, command: []string{"cmd"}}},
+		{"control file", nil, []string{"m/d/.lock", "cmd"}, lockRequest{target: "m/d", mode: lockmgr.Exclusive, kind: lockmgr.KindDir, command: []string{"cmd"}}},
+		{"newdir control file", nil, []string{"m/d/.lock_newdir", "cmd"}, lockRequest{target: "m/d", mode: lockmgr.Exclusive, kind: lockmgr.KindNewDir, command: []string{"cmd"}}},
+		{"usage control file, --kind agrees", func(l *lockFlags) { l.kind, l.kindSet = "usage", true }, []string{"d/.lock_usage", "cmd"}, lockRequest{target: "d", mode: lockmgr.Exclusive, kind: lockmgr.KindUsage, command: []string{"cmd"}}},
+		{"a relative control file", nil, []string{".lock", "cmd"}, lockRequest{target: ".", mode: lockmgr.Exclusive, kind: lockmgr.KindDir, command: []string{"cmd"}}},
+		{"-w 0 is -n", func(l *lockFlags) { l.waitSet = true }, []string{"d", "cmd"}, lockRequest{target: "d", mode: lockmgr.Exclusive, kind: lockmgr.KindDir, nonblock: true, command: []string{"cmd"}}},
+		{"-w 2", func(l *lockFlags) { l.waitSet, l.wait = true, 2*time.Second }, []string{"d", "cmd"}, lockRequest{target: "d", mode: lockmgr.Exclusive, kind: lockmgr.KindDir, wait: 2 * time.Second, command: []string{"cmd"}}},
+		{"-o", func(l *lockFlags) { l.closeFD = true }, []string{"d", "cmd"}, lockRequest{target: "d", mode: lockmgr.Exclusive, kind: lockmgr.KindDir, command: []string{"cmd"}}},
 	} {
 		lf := def
 		if tc.lf != nil {
@@ -31,6 +38,7 @@ func TestParseLockArgs(t *testing.T) {
 		}
 		got, err := parseLockArgs(lf, tc.args)
 		if err != nil || got.target != tc.want.target || got.mode != tc.want.mode || got.kind != tc.want.kind ||
+			got.nonblock != tc.want.nonblock || got.wait != tc.want.wait ||
 			strings.Join(got.command, "|") != strings.Join(tc.want.command, "|") {
 			t.Errorf("%s: parseLockArgs = %+v, %v; want %+v", tc.name, got, err, tc.want)
 		}
@@ -54,6 +62,9 @@ func TestParseLockArgs(t *testing.T) {
 		{"gcs without bucket", func(l *lockFlags) { l.backend = "gcs" }, []string{"d", "cmd"}},
 		{"gcs flags without gcs", func(l *lockFlags) { l.gcs.bucket = "b" }, []string{"d", "cmd"}},
 		{"source and gcs", func(l *lockFlags) { l.backend, l.source, l.gcs.bucket = "gcs", "/s", "b" }, []string{"d", "cmd"}},
+		{"-u", func(l *lockFlags) { l.unlock = true }, []string{"d", "cmd"}},
+		{"--kind and the control file disagree", func(l *lockFlags) { l.kind, l.kindSet = "newdir", true }, []string{"d/.lock", "cmd"}},
+		{"shared on a usage control file", func(l *lockFlags) { l.shared = true }, []string{"d/.lock_usage", "cmd"}},
 	} {
 		lf := def
 		lf.gcs.ttl = 30 * time.Second
@@ -67,9 +78,42 @@ func TestParseLockArgs(t *testing.T) {
 }
 
 func TestLockUsageExitCode(t *testing.T) {
-	for _, args := range [][]string{{"lock"}, {"lock", "-q", "d", "true"}, {"lock", "-w", "soon", "d", "true"}, {"lock", "d"}} {
-		if code := run(args, &strings.Builder{}, &strings.Builder{}); code != lockExitUsage {
-			t.Errorf("run(%q) = %d, want %d (EX_USAGE, as flock(1))", args, code, lockExitUsage)
+	for _, args := range [][]string{{"lock"}, {"lock", "-q", "d", "true"}, {"lock", "-w", "soon", "d", "true"}, {"lock", "d"},
+		{"lock", "-u", "d", "true"}, {"lock", "--unlock", "d", "true"}} {
+		if code := run(args, &strings.Builder{}, &strings.Builder{}); code != exitUsage {
+			t.Errorf("run(%q) = %d, want %d (EX_USAGE, as flock(1))", args, code, exitUsage)
+		}
+	}
+}
+
+// TestLockFlockSpellings: flock(1)'s other names of the flags parse to the
+// same flags.
+func TestLockFlockSpellings(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		flag string
+		want string
+	}{
+		{[]string{"-e"}, "exclusive", "true"},
+		{[]string{"-x"}, "exclusive", "true"},
+		{[]string{"--nb"}, "nonblock", "true"},
+		{[]string{"--nonblock"}, "nonblock", "true"},
+		{[]string{"--wait", "3"}, "timeout", "3s"},
+		{[]string{"--wait=1.5"}, "timeout", "1.5s"},
+		{[]string{"--timeout", "2m"}, "timeout", "2m0s"},
+		{[]string{"-o"}, "close", "true"},
+		{[]string{"--close"}, "close", "true"},
+		{[]string{"-u"}, "unlock", "true"},
+		{nil, "exclusive", "false"}, // control: unset without a flag
+		{nil, "timeout", "0"},
+	} {
+		cmd := newLockCmd()
+		if err := cmd.ParseFlags(append(tc.args, "d", "true")); err != nil {
+			t.Errorf("parse %q: %v", tc.args, err)
+			continue
+		}
+		if got := cmd.Flags().Lookup(tc.flag).Value.String(); got != tc.want {
+			t.Errorf("parse %q: --%s = %s, want %s", tc.args, tc.flag, got, tc.want)
 		}
 	}
 }

@@ -41,18 +41,18 @@ func newEngineLocker(mf mountFlags, source, dir string, kind lockmgr.Kind) (*eng
 	var err error
 	if mf.backend == "local" {
 		if source, err = existingDir("SOURCE", source); err != nil {
-			return nil, err
+			return nil, &targetError{err: err}
 		}
 		if filepath.IsAbs(dir) {
 			real, err := filepath.EvalSymlinks(dir)
 			if err != nil {
-				return nil, fmt.Errorf("DIR %s: %w", dir, err)
+				return nil, targetErrorf("DIR %s: %w", dir, err)
 			}
 			if !within(real, source) {
-				return nil, fmt.Errorf("DIR %s is not inside SOURCE %s", dir, source)
+				return nil, targetErrorf("DIR %s is not inside SOURCE %s", dir, source)
 			}
 			if dir, err = filepath.Rel(source, real); err != nil {
-				return nil, err
+				return nil, &targetError{err: err}
 			}
 		}
 		e.source, e.where = source, "SOURCE "+source
@@ -62,7 +62,7 @@ func newEngineLocker(mf mountFlags, source, dir string, kind lockmgr.Kind) (*eng
 	}
 	p, err := lockmgr.CleanPath(filepath.ToSlash(dir))
 	if err != nil {
-		return nil, fmt.Errorf("DIR %q: %w", dir, err)
+		return nil, targetErrorf("DIR %q: %w", dir, err)
 	}
 	e.id = lockmgr.LockID{Path: p, Kind: kind}
 

@@ -28,24 +28,24 @@ type mountLocker struct {
 }
 
 func newMountLocker(dir string, kind lockmgr.Kind) (*mountLocker, error) {
-	if _, err := resolveTarget(dir, ""); err != nil {
-		return nil, err
-	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return nil, err
+		return nil, &targetError{err: err}
 	}
 	fi, err := os.Stat(abs)
 	if err != nil {
-		return nil, err
+		return nil, &targetError{err: err}
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("%s is not a directory (TARGET is the directory whose lock to take)", abs)
+		return nil, targetErrorf("%s is not a directory (TARGET is the directory whose lock to take, or its control file)", abs)
+	}
+	if _, err := resolveTarget(abs, ""); err != nil {
+		return nil, &targetError{err: err}
 	}
 	p := filepath.Join(abs, lockmgr.ControlName(kind))
 	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", p, err)
+		return nil, &targetError{err: fmt.Errorf("open %s: %w", p, err)}
 	}
 	return &mountLocker{path: p, fd: fd}, nil
 }

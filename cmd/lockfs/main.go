@@ -28,11 +28,20 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Exit codes.
+// Exit codes of every command (docs/OPERATIONS.md#exit-status): 0, 1 when
+// the command failed, and 64 (EX_USAGE of sysexits.h) for a bad command
+// line, as flock(1) exits and so "lockfs lock" must; "lockfs lock" adds
+// its own (lock.go). The mount helper follows mount(8) instead (report).
 const (
 	exitOK    = 0
-	exitError = 1 // the command failed
-	exitUsage = 2 // the command line was wrong
+	exitError = 1  // the command failed
+	exitUsage = 64 // EX_USAGE: the command line was wrong
+)
+
+// Exit codes of the mount helper, mount(8)'s: mount(8) passes them on.
+const (
+	helperExitUsage = 1  // incorrect invocation or permissions
+	helperExitFail  = 32 // mount failure
 )
 
 // errUsage marks an error in the command line: run prints it with a hint
@@ -65,17 +74,18 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// report prints a mount helper's error and returns its exit code: mount(8)
-// shows the helper's stderr.
+// report prints a mount helper's error and returns its exit code as
+// mount(8) documents them: mount(8) shows the helper's stderr and exits
+// with its status.
 func report(name string, err error, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", name, err)
 	if errors.Is(err, errUsage) {
-		return exitUsage
+		return helperExitUsage
 	}
-	return exitError
+	return helperExitFail
 }
 
 const rootLong = `lockfs: a FUSE filesystem with hierarchical directory locks.
@@ -156,9 +166,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr)
 			root.SetOut(stderr)
 			root.Usage()
-		}
-		if cmd != nil && cmd.Name() == "lock" {
-			return lockExitUsage // as flock(1)
 		}
 		return exitUsage
 	}
