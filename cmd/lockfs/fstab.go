@@ -45,7 +45,8 @@ func optionsToFlags(opts string) (flags []string, logFile string, err error) {
 //
 // It starts "lockfs mount" with the options as flags, detached from the
 // terminal and logging to /var/log/lockfs/MOUNT.log, waits until the mount
-// is up, and exits 0; or it prints the daemon's error and exits 1.
+// is up, and exits 0; or it prints the daemon's error and exits 32
+// (mount(8)'s "mount failure"; 1 for a bad invocation).
 // "umount MOUNTPOINT" stops the daemon (it releases every lock and exits
 // when the kernel ends the mount).
 func runMountHelper(args []string, stdout, stderr io.Writer) error {
