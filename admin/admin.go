@@ -307,14 +307,31 @@ func (s *Server) serve(req *Request, uid int, reply *Reply) {
 	}
 }
 
-// status renders the locks at or under p, as reader uid may see them.
+// status renders the locks at or under p, as reader uid may see them, and
+// on the locks above p the requests queued there for a lock at or under p:
+// a request for a/b/.lock waits on a first while a is held, and the status
+// of a/b shows it.
 func (s *Server) status(p string, uid int) []Lock {
 	out := []Lock{}
-	under := func(id lockmgr.LockID) bool {
-		return p == "." || id.Path == p || strings.HasPrefix(id.Path, p+"/")
+	under := func(path string) bool {
+		return p == "." || path == p || strings.HasPrefix(path, p+"/")
 	}
-	for _, st := range s.cfg.Engine.SnapshotTokens(under) {
-		if !under(st.Lock) {
+	above := func(path string) bool {
+		return p != "." && (path == "." || strings.HasPrefix(p, path+"/"))
+	}
+	for _, st := range s.cfg.Engine.SnapshotTokens(func(id lockmgr.LockID) bool { return under(id.Path) }) {
+		if above(st.Lock.Path) {
+			var waiters []lockmgr.Waiter
+			for _, w := range st.Waiters {
+				if under(w.Wants.Path) {
+					waiters = append(waiters, w)
+				}
+			}
+			if len(waiters) == 0 {
+				continue
+			}
+			st.Holders, st.Waiters = nil, waiters
+		} else if !under(st.Lock.Path) {
 			continue
 		}
 		l := Lock{Path: st.Lock.Path, Kind: st.Lock.Kind.String(), Mode: st.Mode.String(), Lease: st.Lease,

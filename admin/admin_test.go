@@ -249,3 +249,54 @@ func TestClaimRows(t *testing.T) {
 		t.Errorf("control: a reply without claims: %v\n%s", err, buf.String())
 	}
 }
+
+// TestStatusShowsWaiterQueuedAbove: a request for a/b waits on a first
+// while another process holds a; the status of a/b shows it (before, the
+// row sat under a and the status of a/b was empty), without a's holder;
+// the status of c (control) shows nothing, and says so.
+func TestStatusShowsWaiterQueuedAbove(t *testing.T) {
+	testutil.RequireTools(t, "sleep")
+	e, sock, _ := newServer(t)
+	other := exec.Command("sleep", "60")
+	other.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := lockmgr.LockID{Path: "a", Kind: lockmgr.KindDir}
+	holderOwner := lockmgr.Owner{Class: lockmgr.OwnerFile, ID: 1}
+	if _, err := e.Acquire(ctx, lockmgr.Request{Lock: a, Mode: lockmgr.Exclusive, Owner: holderOwner, TID: other.Process.Pid}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(wctx, lockmgr.Request{Lock: lockmgr.LockID{Path: "a/b", Kind: lockmgr.KindDir}, Mode: lockmgr.Exclusive,
+			Owner: lockmgr.Owner{Class: lockmgr.OwnerFile, ID: 2}, TID: unix.Gettid(), Wait: true})
+		done <- err
+	}()
+	defer func() { wcancel(); <-done }()
+	var r Reply
+	testutil.Eventually(t, "the waiter for a/b to show in the status of a/b", func() bool {
+		var err error
+		r, err = Call(ctx, sock, Request{Op: "status", Path: "a/b"})
+		return err == nil && len(r.Locks) == 1 && len(r.Locks[0].Waiters) == 1
+	})
+	if l := r.Locks[0]; l.Path != "a" || len(l.Holders) != 0 || l.Waiters[0].Wants != "a/b/.lock" || l.Waiters[0].PID != os.Getpid() {
+		t.Errorf("status of a/b: %+v", r.Locks)
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, r, time.Now()); err != nil || !strings.Contains(buf.String(), "for a/b/.lock exclusive") {
+		t.Errorf("table of a/b: %v\n%s", err, buf.String())
+	}
+	r, err := Call(ctx, sock, Request{Op: "status", Path: "c"})
+	if err != nil || len(r.Locks) != 0 {
+		t.Fatalf("status of c: %+v, %v", r.Locks, err)
+	}
+	buf.Reset()
+	if err := WriteTable(&buf, r, time.Now()); err != nil || strings.TrimSpace(buf.String()) != "no locks (none held or waited for)" {
+		t.Errorf("table of c: %v %q", err, buf.String())
+	}
+}

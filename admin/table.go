@@ -14,7 +14,12 @@ import (
 
 // WriteTable prints a status reply for people, one row per holder and per
 // waiter, in aligned columns like lslocks(8).
+// A reply with no lock and no claim prints one line, "no locks".
 func WriteTable(w io.Writer, r Reply, now time.Time) error {
+	if len(r.Locks) == 0 && len(r.Claims) == 0 && r.ClaimsError == "" {
+		_, err := fmt.Fprintln(w, "no locks (none held or waited for)")
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PATH\tKIND\tROLE\tMODE\tHOST\tPID\tUID\tCOMMAND\tAGE\tTOKEN\tLEASE\tNOTE")
 	for _, l := range r.Locks {

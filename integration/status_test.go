@@ -2,6 +2,8 @@ package integration
 
 import (
 	"encoding/json"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +115,73 @@ func TestStatusAllMounts(t *testing.T) {
 	// The control: the same good paths alone succeed.
 	if r := run(t, 10*time.Second, lockfsBin, "status", m1.Mnt, m2.Mnt); r.code != 0 || r.stderr != "" {
 		t.Errorf("status of two good paths: %v", r)
+	}
+}
+
+// TestStatusOtherAdminDir: `lockfs status` without a path shows the mounts
+// whose admin sockets are in its --admin-dir, and says in one line which
+// it could not ask and why, naming --admin-dir; it exits 0 (before: exit 1
+// and an error line per mount, --admin-dir never named). The control:
+// with the other mount's --admin-dir, that mount is shown.
+func TestStatusOtherAdminDir(t *testing.T) {
+	requireRoot(t)
+	adminDir := filepath.Join(t.TempDir(), "run")
+	m1 := mount(t)
+	m2 := mount(t, withArgs("--admin-dir", adminDir))
+	h := holder(t, m1.path("a/.lock"), "-x")
+	defer h.kill()
+
+	r := run(t, 20*time.Second, lockfsBin, "status")
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	if !strings.Contains(r.stdout, m1.Mnt) || strings.Contains(r.stdout, m2.Mnt) || len(lines) != 1 ||
+		!strings.Contains(lines[0], m2.Mnt) || !strings.Contains(lines[0], "--admin-dir") {
+		t.Errorf("status without a path, a mount with another --admin-dir: %v", r)
+	}
+	// Another test's daemon killed meanwhile may not answer: that alone
+	// may make it 1.
+	if r.code != 0 && !strings.Contains(r.stderr, "did not answer") {
+		t.Errorf("status without a path exited %d: %v", r.code, r)
+	}
+	r = run(t, 20*time.Second, lockfsBin, "status", "--admin-dir", adminDir)
+	if !strings.Contains(r.stdout, m2.Mnt) || !strings.Contains(r.stderr, m1.Mnt) {
+		t.Errorf("status --admin-dir %s (control): %v", adminDir, r)
+	}
+
+	// A path below the holder's lock, with nothing held there, says so
+	// in words; a path that does not exist outside every mount says
+	// that.
+	r = run(t, 20*time.Second, lockfsBin, "status", m1.path("b"))
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "no locks (none held or waited for)" {
+		t.Errorf("status of a directory with no lock: %v", r)
+	}
+	missing := filepath.Join(t.TempDir(), "no", "such")
+	if r := run(t, 20*time.Second, lockfsBin, "status", missing); r.code != 1 || !strings.Contains(r.stderr, "no such file or directory") {
+		t.Errorf("status of a missing path: %v", r)
+	}
+}
+
+// TestStatusOfADirectoryShowsItsWaiters: a waiter for a/b/.lock queued on a
+// (held by another process) shows in the status of a/b, with the lock it
+// asked for (it sat under a alone, and the status of a/b printed a header).
+func TestStatusOfADirectoryShowsItsWaiters(t *testing.T) {
+	requireRoot(t)
+	m := mount(t)
+	h := holder(t, m.path("a/.lock"), "-x")
+	defer h.kill()
+	w := start(t, "flock", m.path("a/b/.lock"), "true")
+	defer w.kill()
+	var r result
+	if !testutil.Poll(20*time.Second, func() bool {
+		r = run(t, 10*time.Second, lockfsBin, "status", m.path("a/b"))
+		return strings.Contains(r.stdout, "for a/b/.lock exclusive")
+	}) {
+		t.Fatalf("status of a/b never showed the waiter for a/b/.lock: %v", r)
+	}
+	if strings.Contains(r.stdout, " "+strconv.Itoa(h.pid())+" ") {
+		t.Errorf("status of a/b shows the holder of a (pid %d), a lock above it:\n%s", h.pid(), r.stdout)
+	}
+	// Control: the status of c does not show it.
+	if r := run(t, 10*time.Second, lockfsBin, "status", m.path("c")); strings.Contains(r.stdout, "a/b/.lock") {
+		t.Errorf("status of c shows the waiter for a/b: %v", r)
 	}
 }
