@@ -287,7 +287,7 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 			return ErrClosed
 		}
 		ls := e.lockLocked(s.id)
-		if e.grantableLocked(ls, s, rc, w) {
+		if e.grantableLocked(ls, s, rc, w) && !e.yieldBlocksLocked(ls, s, rc) {
 			done, err := e.takeLocked(ctx, ls, s, rc, &w, &out)
 			if err != nil || done {
 				return err
@@ -309,6 +309,11 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 		out.leaveLocked()
 		if w == nil {
 			w = e.enqueueLocked(ls, s, rc)
+		}
+		if ls.lease != nil && e.needsLease(s) {
+			// A hand-on of the lease to this request is foreseeable:
+			// learn from now on whether someone outside waits for it.
+			e.watchContendedLocked(ls)
 		}
 		// A lease claimed or upgraded for this request, which lost the
 		// lock to a hold granted meanwhile on the weaker lease, is more
@@ -335,6 +340,11 @@ func (e *Engine) takeLocked(ctx context.Context, ls *lockState, s step, rc *reqC
 	// hold during a downgrade to shared, is safe at once.
 	settleOK := !ls.settling || ls.settleTo >= need
 	if !e.needsLease(s) || (settleOK && ls.lease != nil && ls.lease.Mode() >= need && ls.lease.Err() == nil) {
+		if e.needsLease(s) && e.leaseModeLocked(ls) > 0 {
+			// The lease is shared with other holds: a stream of such
+			// grants could keep it for ever (yield.go).
+			e.watchContendedLocked(ls)
+		}
 		if *w != nil {
 			e.dequeueLocked(ls, *w)
 			*w = nil
@@ -494,7 +504,7 @@ func (e *Engine) claimLocked(ctx context.Context, ls *lockState, need Mode, wait
 	var stale Lease
 	if lease != nil && e.leaseModeLocked(ls) == 0 {
 		stale, lease = lease, nil
-		ls.lease = nil
+		ls.setLeaseLocked(nil)
 		ls.unwatchLocked()
 	}
 	ls.busy, ls.busyWaits = true, wait
@@ -523,7 +533,7 @@ func (e *Engine) claimLocked(ctx context.Context, ls *lockState, need Mode, wait
 	ls.busy, ls.busyWaits = false, false
 	e.broadcastLocked(ls)
 	if fresh != nil {
-		ls.lease = fresh
+		ls.setLeaseLocked(fresh)
 		e.watchLocked(ls, fresh)
 	}
 	if err != nil && lease != nil && errors.Is(err, ErrLeaseLost) {

@@ -134,6 +134,15 @@ type ContendedLease interface {
 	// Contended returns a channel that is closed once the backend knows
 	// that someone outside this engine waits for a claim that conflicts
 	// with this lease; nil if the backend cannot tell.
+	//
+	// The engine asks at most once per lease, under its mutex, only when
+	// a local request waits for or shares the lease: Contended must not
+	// block, and the backend may start watching then (and stop at
+	// Release). Once the channel is closed, the engine hands the lease to
+	// no new local request and releases it when its holds end; Release of
+	// such a lease must give the claim up at once (not keep it warm or
+	// cached), and the backend's next claim of the lock should queue behind
+	// the waiter rather than overtake it.
 	Contended() <-chan struct{}
 }
 

@@ -66,9 +66,15 @@ func (e *Engine) closesCycleLocked(ls *lockState, s step, rc *reqCtx, w *waiter)
 	return false, false
 }
 
-// blocksLocked reports whether hold h makes wait n wait.
+// blocksLocked reports whether hold h makes wait n wait. A wait that the
+// yield of n's lease holds back (yield.go) waits for every live hold, as
+// an exclusive one would.
 func (e *Engine) blocksLocked(h *hold, n waitNode) bool {
-	return h.owner != n.rc.req.Owner && Conflicts(h.mode(), n.s.mode) && !e.exemptLocked(h, n.s, n.rc)
+	mode := n.s.mode
+	if e.yieldBlocksLocked(n.ls, n.s, n.rc) {
+		mode = Exclusive
+	}
+	return h.owner != n.rc.req.Owner && Conflicts(h.mode(), mode) && !e.exemptLocked(h, n.s, n.rc)
 }
 
 // holdThreadsLocked names the threads behind hold h: the thread that took

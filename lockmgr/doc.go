@@ -52,6 +52,23 @@
 // waiter sleeps on its own channel and a change wakes only the waiters it
 // may let in (queue.go), so a release costs O(1) however long the queue.
 //
+// Fairness holds across daemons too (yield.go). A lease that local demand
+// keeps busy would pass from one local holder to the next for ever, so
+// when a local request first waits behind a leased lock's holds, or shares
+// the lease with them, the engine asks the lease whether its backend can
+// tell of someone outside this engine who waits for a conflicting claim
+// (ContendedLease: another host, another daemon over the same SOURCE, a
+// program that flocks SOURCE's backing file). Once the backend says so,
+// the lease is handed to no new request, the holds running finish, the
+// lease is given back, and the local waiters claim the lock through the
+// backend like anyone else, behind the outside waiter, in their FIFO
+// order. Requests whose owner or lineage holds the lock (conversions, a
+// child under its parent's lock) are no new demand and are still granted;
+// a request held back waits for every hold of the lock, for deadlock
+// detection. Nothing is asked, and nothing changes, while nobody here
+// waits for a leased lock (Config.KeepContended turns it off, as the
+// control of the tests).
+//
 // Threads are the nodes of the wait-for graph: a waiting thread waits for
 // the threads that took the conflicting holds and for the earlier waiters
 // it queues behind. A hold whose taker has exited stands for its heirs,

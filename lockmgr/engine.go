@@ -38,6 +38,11 @@ type Config struct {
 	// channel that receives once d has passed. Default:
 	// time.After. Tests inject a clock they advance by hand.
 	After func(d time.Duration) <-chan time.Time
+	// KeepContended makes the engine ignore ContendedLease: it keeps
+	// handing a lease that someone outside waits for to local requests,
+	// as lockfs did before it was fair across daemons (yield.go). It is
+	// the control of the fairness tests, never for use.
+	KeepContended bool
 }
 
 // Validate checks the required fields.
@@ -95,6 +100,8 @@ type Engine struct {
 	// hier: the backend checks the hierarchy across hosts itself
 	// (HierarchicalBackend), so implicit holds need no claim.
 	hier bool
+	// keepContended: Config.KeepContended.
+	keepContended bool
 
 	// Mutable state
 	mu sync.Mutex
@@ -162,6 +169,8 @@ func New(cfg Config) (*Engine, error) {
 		after:   cfg.After,
 		linger:  watchLinger,
 
+		keepContended: cfg.KeepContended,
+
 		tokenTimeout: tokenIssueTimeout,
 	}
 	if w, ok := cfg.Processes.(ProcessWatcher); ok {
@@ -219,7 +228,7 @@ func (e *Engine) Close() error {
 				break
 			}
 			lease := ls.lease
-			ls.lease = nil
+			ls.setLeaseLocked(nil)
 			for _, h := range ls.holds {
 				delete(e.usage, h)
 			}

@@ -194,6 +194,18 @@ type memHost struct {
 	changed chan struct{}
 	claims  int  // Claim calls, for tests counting backend traffic
 	noDone  bool // leases return a nil Done channel, as local ones do
+	// noContended: leases' Contended returns nil (the backend cannot
+	// tell of waiters outside the engine).
+	noContended bool
+	// yielded maps a lock to the backend that released a lease of it
+	// that another backend's claim waited for: that backend's claims of
+	// the lock wait while such a claim does, so that the waiter gets its
+	// turn (as a fair backend orders them; the local backend skips its
+	// non-blocking attempt). The next grant to another backend ends it.
+	yielded map[LockID]*memBackend
+	// waits are the claims and upgrades asleep in waitFor, with the mode
+	// each waits for.
+	waits map[*memLease]Mode
 	// parked counts waits asleep on the current changed channel.
 	parked map[*memLease]chan struct{}
 	// downgradeGate, if set, is received from before a Convert that
@@ -225,7 +237,8 @@ func (h *memHost) quiet() int {
 }
 
 func newMemHost() *memHost {
-	return &memHost{locks: map[LockID]map[*memLease]Mode{}, tokens: map[LockID]uint64{}, changed: make(chan struct{}), parked: map[*memLease]chan struct{}{}}
+	return &memHost{locks: map[LockID]map[*memLease]Mode{}, tokens: map[LockID]uint64{}, changed: make(chan struct{}), parked: map[*memLease]chan struct{}{},
+		yielded: map[LockID]*memBackend{}, waits: map[*memLease]Mode{}}
 }
 
 type memBackend struct {
@@ -242,6 +255,49 @@ type memLease struct {
 	mode    Mode
 	done    chan struct{}
 	err     error
+	// contended is Contended's channel, made when first asked; wanted
+	// says that a claim of another backend waits for this lease (and
+	// contended, if made, is closed). GUARDED_BY(host.mu)
+	contended chan struct{}
+	wanted    bool
+}
+
+var _ ContendedLease = (*memLease)(nil)
+
+// Contended returns a channel closed once a claim or upgrade of another
+// backend (another engine: another daemon, for the engine asking) waits
+// for a mode that conflicts with l's.
+func (l *memLease) Contended() <-chan struct{} {
+	l.host.mu.Lock()
+	defer l.host.mu.Unlock()
+	if l.host.noContended {
+		return nil
+	}
+	if l.contended == nil {
+		l.contended = make(chan struct{})
+		if l.wanted {
+			close(l.contended)
+		}
+	}
+	return l.contended
+}
+
+// wantLocked records that l is waited for from outside its engine.
+func (l *memLease) wantLocked() {
+	if l.wanted {
+		return
+	}
+	l.wanted = true
+	if l.contended != nil {
+		close(l.contended)
+	}
+}
+
+// contendedAsked reports whether the engine asked l for Contended.
+func (l *memLease) contendedAsked() bool {
+	l.host.mu.Lock()
+	defer l.host.mu.Unlock()
+	return l.contended != nil
 }
 
 // Close releases every claim still held, as Backend.Close must.
@@ -264,6 +320,13 @@ func (h *memHost) grantableLocked(id LockID, l *memLease, mode Mode) bool {
 			return false
 		}
 	}
+	if h.yielded[id] == l.backend {
+		for o, m := range h.waits {
+			if o.id == id && o.backend != l.backend && Conflicts(m, mode) {
+				return false
+			}
+		}
+	}
 	return true
 }
 
@@ -279,19 +342,31 @@ func (h *memHost) waitFor(ctx context.Context, id LockID, l *memLease, mode Mode
 			h.mu.Unlock()
 			return ErrWouldBlock
 		}
+		for o, m := range h.locks[id] {
+			if o.backend != l.backend && Conflicts(m, mode) {
+				o.wantLocked()
+			}
+		}
 		ch := h.changed
 		h.parked[l] = ch
+		h.waits[l] = mode
 		h.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			h.mu.Lock()
 			delete(h.parked, l)
+			delete(h.waits, l)
+			h.broadcastLocked()
 			h.mu.Unlock()
 			return ctx.Err()
 		}
 		h.mu.Lock()
 		delete(h.parked, l)
+		delete(h.waits, l)
+	}
+	if y := h.yielded[id]; y != nil && y != l.backend {
+		delete(h.yielded, id)
 	}
 	if h.locks[id] == nil {
 		h.locks[id] = map[*memLease]Mode{}
@@ -398,6 +473,9 @@ func (l *memLease) Release(ctx context.Context) error {
 	defer l.host.mu.Unlock()
 	delete(l.host.locks[l.id], l)
 	delete(l.backend.leases, l)
+	if l.wanted {
+		l.host.yielded[l.id] = l.backend
+	}
 	l.mode = 0
 	l.host.broadcastLocked()
 	return nil

@@ -118,7 +118,7 @@ func (e *Engine) settleLocked(ls *lockState) {
 			return
 		}
 		if need == 0 && ls.head != nil && e.needsLease(ls.head.step) && lease.Err() == nil && lease.Mode() >= ls.head.step.mode &&
-			e.grantableLocked(ls, ls.head.step, ls.head.rc, ls.head) {
+			e.grantableLocked(ls, ls.head.step, ls.head.rc, ls.head) && !e.handOnYieldsLocked(ls) {
 			// A waiter is about to be granted: hand the lease over
 			// rather than give it back and claim it again. A lease too
 			// weak for it is given back instead: upgrading a claim that
@@ -127,7 +127,8 @@ func (e *Engine) settleLocked(ls *lockState) {
 			// head that local holds still block (over a hierarchical
 			// backend, implicit ones that need no lease): kept, it
 			// would keep other hosts out for as long as those holds
-			// last, and they may be waiting for those very hosts.
+			// last, and they may be waiting for those very hosts. And
+			// so is a lease that someone outside waits for (yield.go).
 			return
 		}
 		release := need == 0 || lease.Err() != nil
@@ -150,7 +151,7 @@ func (e *Engine) settleLocked(ls *lockState) {
 		e.mu.Lock()
 		ls.busy, ls.settling = false, false
 		if release {
-			ls.lease = nil
+			ls.setLeaseLocked(nil)
 		}
 		e.broadcastLocked(ls)
 		if err != nil {

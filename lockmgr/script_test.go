@@ -42,6 +42,12 @@ import (
 //	rmdir pid=N path=P            N removes directory P: its adopted lock
 //	                              is given up if N may (GiveUpAdopted)
 //	status path=P [kind=K] [engine=E] -> the holders and waiters
+//	engine E [keepcontended]      declare engine E (before its first use);
+//	                              keepcontended: Config.KeepContended
+//	nocontended                   leases cannot tell of waiters outside
+//	                              their engine (Contended returns nil)
+//	asked path=P [kind=K] [engine=E]  -> whether E asked its lease of P
+//	                              whether someone outside waits
 //
 // After every command the engines are allowed to settle; every pending
 // acquire that finished is printed as "OWNER: <result>", sorted.
@@ -94,6 +100,12 @@ func newScriptEnv(t *testing.T) *scriptEnv {
 }
 
 func (env *scriptEnv) engine(name string) *Engine {
+	return env.engineWith(name, false)
+}
+
+// engineWith returns engine name, creating it with keepContended
+// (Config.KeepContended) if it does not exist yet.
+func (env *scriptEnv) engineWith(name string, keepContended bool) *Engine {
 	if name == "" {
 		name = "e1"
 	}
@@ -101,8 +113,9 @@ func (env *scriptEnv) engine(name string) *Engine {
 	if e == nil {
 		var err error
 		e, err = New(Config{Backend: &memBackend{host: env.host}, Processes: env.tree, Host: name,
-			Now:   func() time.Time { return time.Unix(0, env.tick.Add(1)) },
-			After: env.clock.after})
+			Now:           func() time.Time { return time.Unix(0, env.tick.Add(1)) },
+			After:         env.clock.after,
+			KeepContended: keepContended})
 		if err != nil {
 			env.t.Fatal(err)
 		}
@@ -335,6 +348,18 @@ func (env *scriptEnv) run(line string) []string {
 		pid, _ := strconv.Atoi(fields[1])
 		ppid, _ := strconv.Atoi(args["parent"])
 		env.tree.add(pid, ppid)
+	case "engine":
+		if env.engines[fields[1]] != nil {
+			env.t.Fatalf("%s: engine %s is in use already", line, fields[1])
+		}
+		env.engineWith(fields[1], args["keepcontended"] != "")
+	case "nocontended":
+		env.host.mu.Lock()
+		env.host.noContended = true
+		env.host.mu.Unlock()
+	case "asked":
+		l := leaseOf(env.engine(args["engine"]), env.lockID(args))
+		out = append(out, fmt.Sprintf("asked=%v", l != nil && l.contendedAsked()))
 	case "advance":
 		d, err := time.ParseDuration(fields[1])
 		if err != nil {

@@ -32,8 +32,19 @@ type lockState struct {
 	// directly, another host), or for another request's claim of it. They
 	// may be in the queue too; status shows them once, as outside.
 	outside map[*waiter]struct{}
-	// lease is the host's claim from the backend; nil if none.
+	// lease is the host's claim from the backend; nil if none. Change it
+	// only through setLeaseLocked, which resets the give-up state below.
 	lease Lease
+	// contended is lease's ContendedLease channel, asked for once
+	// (askedContended) when a local request first waits behind the
+	// lease's holds or shares it with them; nil if not asked yet, or if
+	// the backend cannot tell (yield.go).
+	contended      <-chan struct{}
+	askedContended bool
+	// yielding: contended was closed: someone outside this engine waits
+	// for the lock. The lease is handed to no new request (privileged
+	// ones aside) and is released when its holds end (yield.go).
+	yielding bool
 	// unwatch stops the lease's watcher goroutine, if it has one.
 	unwatch chan struct{}
 	// busy: a Claim, Convert or Release of this lock's lease is in flight,

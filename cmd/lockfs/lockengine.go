@@ -90,6 +90,8 @@ func newEngineLocker(mf mountFlags, source, dir string, kind lockmgr.Kind) (*eng
 		Logger:    log,
 		Host:      host,
 		OnLoss:    func(l lockmgr.LostHold) { e.lost.lose(l.Err) },
+
+		KeepContended: keepContended(log),
 	})
 	if err != nil {
 		backend.Close()

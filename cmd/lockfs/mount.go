@@ -65,6 +65,21 @@ const (
 // the control of the coherence tests, never for use.
 const keepCacheEnv = "LOCKFS_TEST_KEEP_CACHE"
 
+// keepContendedEnv, set to 1 in the environment of a daemon or of "lockfs
+// lock", makes its engine keep handing a lock that another daemon or host
+// waits for to local requests (lockmgr.Config.KeepContended): the control
+// of the fairness tests, never for use.
+const keepContendedEnv = "LOCKFS_TEST_KEEP_CONTENDED"
+
+// keepContended reads keepContendedEnv, warning if it is set.
+func keepContended(log logrus.FieldLogger) bool {
+	if os.Getenv(keepContendedEnv) != "1" {
+		return false
+	}
+	log.Warnf("%s=1: locks that other daemons or hosts wait for are kept while local requests want them; they may wait for ever (for tests only)", keepContendedEnv)
+	return true
+}
+
 // mountFlags are the flags of "lockfs mount".
 type mountFlags struct {
 	backend     string
@@ -280,6 +295,8 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 		Host:      host,
 		OnLoss:    lossHandler(lossSig, controlPath(paths.mountpoint), log),
 		Observer:  &slowWaits{next: m, threshold: mf.slowWait, log: log, host: host},
+
+		KeepContended: keepContended(log),
 	})
 	if err != nil {
 		backend.Close()
