@@ -73,6 +73,7 @@ func newDoctorCmd() *cobra.Command {
 		},
 	}
 	addMountFlags(cmd.Flags(), &mf)
+	completeMountFlags(cmd)
 	return cmd
 }
 

@@ -167,8 +167,14 @@ func newLockCmd() *cobra.Command {
 	fs.StringVar(&lf.gcs.endpoint, "gcs-endpoint", "", "gcs: a GCS emulator's JSON API URL (turns authentication off)")
 	durationVarP(fs, &lf.gcs.ttl, "lease-ttl", "", 30*time.Second, "gcs: lease time to live; the lock is lost if lockfs lock cannot refresh it for this long")
 	fs.StringVar(&lf.gcs.hostID, "host-id", "", "gcs: this process's host name in the bucket (default: hostname plus a random suffix)")
+	completeValues(cmd, "kind", kinds...)
+	completeValues(cmd, "backend", lockBackends...)
 	return cmd
 }
+
+// lockBackends are the values lockfs lock's --backend accepts: the local
+// backend is --source.
+var lockBackends = []string{"gcs"}
 
 // lockRequest is a validated "lockfs lock" command line.
 type lockRequest struct {

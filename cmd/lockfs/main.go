@@ -135,7 +135,9 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newDoctorCmd(),
 		newVersionCmd(),
 		newManCmd(),
+		newCompletionCmd(),
 	)
+	root.SetHelpCommand(newHelpCmd())
 	return root
 }
 

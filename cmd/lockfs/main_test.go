@@ -64,7 +64,7 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"mount", "-o", "log-file=/x", "a", "b"}, exitUsage, "mount helper"},
 		{[]string{"unmount"}, exitUsage, "MOUNTPOINT"},
 		{[]string{"version", "extra"}, exitUsage, "unexpected argument"},
-		{[]string{"help", "nosuch"}, exitOK, ""},
+		{[]string{"help", "nosuch"}, exitUsage, "unknown help topic nosuch"},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(tc.args, &out, &errOut)
@@ -134,6 +134,59 @@ func TestCompletion(t *testing.T) {
 		if code := run([]string{"completion", shell}, &out, &errOut); code != exitOK || !strings.Contains(out.String(), want) {
 			t.Errorf("completion %s = %d (stderr %q), output without %q", shell, code, errOut.String(), want)
 		}
+	}
+	// No shell, or one lockfs has no script for, is a bad command line.
+	for _, args := range [][]string{{"completion"}, {"completion", "powershell"}, {"completion", "bash", "zsh"}} {
+		var out, errOut bytes.Buffer
+		if code := run(args, &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), "want one shell: bash, zsh, fish") {
+			t.Errorf("%q = %d, stderr %q; want %d and the shells", args, code, errOut.String(), exitUsage)
+		}
+	}
+}
+
+// TestCompletionValues: shell completion offers the values of the flags
+// that take one of a few.
+func TestCompletionValues(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"mount", "--backend", ""}, backends},
+		{[]string{"doctor", "--backend", ""}, backends},
+		{[]string{"mount", "--passthrough", ""}, []string{"auto", "off"}},
+		{[]string{"mount", "--log-format", ""}, []string{"text", "json"}},
+		{[]string{"lock", "--kind", ""}, kinds},
+		{[]string{"lock", "--backend", ""}, lockBackends},
+		{[]string{"break", "--kind", ""}, kinds},
+		{[]string{"completion", ""}, shells},
+		{[]string{"help", "loc"}, []string{"lock"}},
+	} {
+		var out bytes.Buffer
+		run(append([]string{"__completeNoDesc"}, tc.args...), &out, &bytes.Buffer{})
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			if !strings.HasPrefix(l, ":") && l != "" {
+				got = append(got, l)
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("completion of %q: %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
+
+// TestHelpUnknownTopic: "lockfs help nosuch" is a bad command line, as
+// "lockfs nosuch" is (it printed the main help and exited 0).
+func TestHelpUnknownTopic(t *testing.T) {
+	for _, args := range [][]string{{"help", "nosuch"}, {"nosuch"}, {"help", "mount", "extra"}} {
+		var out, errOut bytes.Buffer
+		if code := run(args, &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), "nosuch") && !strings.Contains(errOut.String(), "unknown") {
+			t.Errorf("%q = %d, stderr %q; want %d and an error", args, code, errOut.String(), exitUsage)
+		}
+	}
+	var out bytes.Buffer
+	if code := run([]string{"help", "lock"}, &out, &bytes.Buffer{}); code != exitOK || !strings.Contains(out.String(), "lockfs lock [flags] TARGET") {
+		t.Errorf("help lock (control) = %d, %q", code, out.String())
 	}
 }
 

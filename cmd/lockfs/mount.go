@@ -152,6 +152,7 @@ func newMountCmd() *cobra.Command {
 		},
 	}
 	addMountFlags(cmd.Flags(), &mf)
+	completeMountFlags(cmd)
 	cmd.Flags().StringArrayVarP(&opts, "options", "o", nil, "mount options, comma-separated, as in /etc/fstab (opt[,opt=value]...)")
 	return cmd
 }

@@ -269,6 +269,7 @@ func newBreakCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&kind, "kind", "dir", "which lock of the directory: dir (.lock), newdir (.lock_newdir) or usage (.lock_usage)")
+	completeValues(cmd, "kind", kinds...)
 	cmd.Flags().StringVar(&adminDir, "admin-dir", admin.SocketDir, "directory of the daemons' admin sockets")
 	return cmd
 }
