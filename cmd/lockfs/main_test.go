@@ -196,19 +196,49 @@ func TestManPages(t *testing.T) {
 	if code := run([]string{"gen-man", dir}, &bytes.Buffer{}, &errOut); code != exitOK {
 		t.Fatalf("gen-man = %d: %s", code, errOut.String())
 	}
-	for _, page := range []string{"lockfs.1", "lockfs-mount.1", "lockfs-status.1", "lockfs-unmount.1"} {
+	for _, page := range []string{"lockfs.1", "lockfs-mount.1", "lockfs-status.1", "lockfs-unmount.1", "lockfs-lock.1", "lockfs-completion.1"} {
 		b, err := os.ReadFile(filepath.Join(dir, page))
 		if err != nil {
 			t.Errorf("gen-man wrote no %s: %v", page, err)
 			continue
 		}
-		if !bytes.Contains(b, []byte(".TH ")) {
-			t.Errorf("%s is not a man page:\n%s", page, b)
+		// Each page is titled by its command, and has the sections a
+		// man page reader looks for.
+		title := strings.ToUpper(strings.TrimSuffix(page, ".1"))
+		if !bytes.HasPrefix(b, []byte(".TH \""+strings.ReplaceAll(title, "-", `\-`)+"\" 1 ")) {
+			t.Errorf("%s is not titled %s(1):\n%.200s", page, title, b)
+		}
+		for _, sect := range []string{".SH NAME", ".SH SYNOPSIS", ".SH DESCRIPTION", ".SH OPTIONS", ".SH EXIT STATUS", ".SH SEE ALSO"} {
+			if !bytes.Contains(b, []byte("\n"+sect+"\n")) {
+				t.Errorf("%s has no %s section", page, sect)
+			}
+		}
+		if bytes.Contains(b, []byte("[=false]")) || bytes.Contains(b, []byte("=true]")) {
+			t.Errorf("%s shows a boolean's value in brackets", page)
 		}
 	}
-	b, _ := os.ReadFile(filepath.Join(dir, "lockfs-mount.1"))
-	if !bytes.Contains(b, []byte("allow-remote-source")) {
-		t.Errorf("lockfs-mount.1 does not list the mount flags")
+	if _, err := os.Stat(filepath.Join(dir, "lockfs-completion-powershell.1")); err == nil {
+		t.Error("gen-man wrote a powershell page")
+	}
+	read := func(page string) string {
+		b, _ := os.ReadFile(filepath.Join(dir, page))
+		return string(b)
+	}
+	if m := read("lockfs-mount.1"); !strings.Contains(m, `allow\-remote\-source`) || !strings.Contains(m, ".SH FILES") || !strings.Contains(m, "fusermount3") {
+		t.Errorf("lockfs-mount.1 lacks the mount flags, FILES or fusermount3(1)")
+	}
+	if r := read("lockfs.1"); !strings.Contains(r, ".B lockfs\nCOMMAND [flags]") || !strings.Contains(r, ".SH COMMANDS") {
+		t.Errorf("lockfs.1's synopsis has no COMMAND, or it lists no commands:\n%s", r)
+	}
+	// The TARGET table is kept line for line, not filled into a
+	// paragraph; the exit statuses are a section of their own.
+	l := read("lockfs-lock.1")
+	if !strings.Contains(l, ".nf\nTARGET is one of:\n  DIR  ") || !strings.Contains(l, `  \-\-source SOURCE DIR`) {
+		t.Errorf("lockfs-lock.1 does not keep the TARGET table verbatim:\n%s", l)
+	}
+	if _, exit, _ := strings.Cut(l, ".SH EXIT STATUS\n"); !strings.Contains(exit, "66 if TARGET") || !strings.Contains(l, "flock(1)") ||
+		!strings.Contains(l, ".SH ENVIRONMENT") || !strings.Contains(l, "LOCKFS_TOKEN") {
+		t.Errorf("lockfs-lock.1 lacks its EXIT STATUS, ENVIRONMENT or SEE ALSO flock(1)")
 	}
 }
 
