@@ -1,0 +1,135 @@
+package main
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// A trace of two goroutines: the request (goroutine 7) goes a.go → b.go →
+// a.go → c.go → b.go → a.go; goroutine 8 runs meanwhile and is not part of
+// it; a second LockWait afterwards is not counted.
+const trace = `7 E fs/x.go X.Lookup
+7 X fs/x.go X.Lookup
+7 E a.go h.LockWait
+7 E b.go f
+8 E c.go other
+7 X b.go f
+7 E a.go helper
+7 E c.go g
+7 E b.go k
+7 X b.go k
+7 X c.go g
+7 X a.go helper
+8 X c.go other
+7 X a.go h.LockWait
+9 E a.go h.LockWait
+9 E d.go z
+9 X d.go z
+9 X a.go h.LockWait
+`
+
+func TestRequestPathCountsFilesAndReturns(t *testing.T) {
+	p, err := requestPath(strings.NewReader(trace), "LockWait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a.go", "b.go", "a.go", "c.go", "b.go", "c.go", "a.go"}; !reflect.DeepEqual(p.steps, want) {
+		t.Errorf("steps %v, want %v", p.steps, want)
+	}
+	if want := []string{"a.go", "b.go", "c.go"}; !reflect.DeepEqual(p.files, want) {
+		t.Errorf("files %v, want %v", p.files, want)
+	}
+	if want := map[string]int{"a.go": 2, "b.go": 1, "c.go": 1}; !reflect.DeepEqual(p.returns, want) {
+		t.Errorf("returns %v, want %v", p.returns, want)
+	}
+	if p.total() != 4 {
+		t.Errorf("total %d, want 4", p.total())
+	}
+}
+
+func TestRequestPathRejectsBrokenTraces(t *testing.T) {
+	for name, tr := range map[string]string{
+		"no request":  "1 E a.go f\n1 X a.go f\n",
+		"unfinished":  "1 E a.go h.LockWait\n1 E b.go f\n",
+		"mismatched":  "1 E a.go h.LockWait\n1 E b.go f\n1 X a.go h.LockWait\n",
+		"other names": "1 E a.go h.LockWaitNot\n1 X a.go h.LockWaitNot\n",
+	} {
+		if _, err := requestPath(strings.NewReader(tr), "LockWait"); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestFuncNameNamesTheReceiver(t *testing.T) {
+	src := `package p
+func (h *handle) LockWait() {}
+func (l list[T]) Len() int { return 0 }
+func plain() {}
+`
+	got := funcNames(t, src)
+	if want := []string{"handle.LockWait", "list.Len", "plain"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("names %v, want %v", got, want)
+	}
+}
+
+func funcNames(t *testing.T, src string) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "p.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range f.Decls {
+		if fd, ok := d.(*ast.FuncDecl); ok {
+			names = append(names, funcName(fd))
+		}
+	}
+	return names
+}
+
+// TestInstrumentFileRecordsEveryFunction: every function and function
+// literal starts with its Enter call, and the result still parses.
+func TestInstrumentFileRecordsEveryFunction(t *testing.T) {
+	src := `// Package p is an example.
+package p
+
+import "fmt"
+
+var hook = func() {}
+
+func (h *handle) LockWait() error {
+	do(func() { fmt.Println() })
+	return nil
+}
+`
+	path := filepath.Join(t.TempDir(), "p.go")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := instrumentFile(path, "fs/p.go", "example.com/m/internal/calltrace"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parser.ParseFile(token.NewFileSet(), path, out, 0); err != nil {
+		t.Fatalf("instrumented file does not parse: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		`import calltrace_ "example.com/m/internal/calltrace"`,
+		`var hook = func() {defer calltrace_.Enter("fs/p.go", "var.func1")();}`,
+		`func (h *handle) LockWait() error {defer calltrace_.Enter("fs/p.go", "handle.LockWait")();`,
+		`do(func() {defer calltrace_.Enter("fs/p.go", "handle.LockWait.func1")(); fmt.Println() })`,
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+}
