@@ -236,7 +236,7 @@ func metaFilename(filename string) string {
 	return filename + metaExtention
 }
 
-func (fs *filestore) Walk(ctx context.Context, bucket string, cb func(ctx context.Context, filename string, fInfo os.FileInfo) error) error {
+func (fs *filestore) Walk(ctx context.Context, bucket string, _ string, cb func(ctx context.Context, filename string, fInfo os.FileInfo) error) error {
 	root := filepath.Join(fs.gcsDir, bucket)
 	return filepath.Walk(root, func(path string, fInfo os.FileInfo, err error) error {
 		if strings.HasSuffix(path, metaExtention) {

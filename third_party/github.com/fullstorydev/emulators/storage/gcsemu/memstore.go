@@ -176,12 +176,12 @@ func (ms *memstore) ReadMeta(baseUrl HttpBaseUrl, bucket string, filename string
 	return ms.GetMeta(baseUrl, bucket, filename)
 }
 
-func (ms *memstore) Walk(ctx context.Context, bucket string, cb func(ctx context.Context, filename string, fInfo os.FileInfo) error) error {
+func (ms *memstore) Walk(ctx context.Context, bucket string, from string, cb func(ctx context.Context, filename string, fInfo os.FileInfo) error) error {
 	if b := ms.getBucket(bucket); b != nil {
 		var err error
 		b.mu.RLock()
 		defer b.mu.RUnlock()
-		b.files.Ascend(func(i btree.Item) bool {
+		b.files.AscendGreaterOrEqual(ms.key(from), func(i btree.Item) bool {
 			mf := i.(*memFile)
 			err = cb(ctx, mf.meta.Name, nil)
 			return err == nil

@@ -36,6 +36,8 @@ type Store interface {
 	// ReadMeta reads the GCS metadata for a file, when you already have file info.
 	ReadMeta(url HttpBaseUrl, bucket string, filename string, fInfo os.FileInfo) (*storage.Object, error)
 
-	// Walks the given bucket.
-	Walk(ctx context.Context, bucket string, cb func(ctx context.Context, filename string, fInfo os.FileInfo) error) error
+	// Walks the given bucket, in name order, starting at the first file
+	// whose name is not less than from ("" for all). (lockfs patch 1: a
+	// listing starts at its prefix instead of the bucket's first object.)
+	Walk(ctx context.Context, bucket string, from string, cb func(ctx context.Context, filename string, fInfo os.FileInfo) error) error
 }

@@ -33,7 +33,13 @@ func (g *GcsEmu) makeBucketListResults(ctx context.Context, baseUrl HttpBaseUrl,
 
 	moreResults := false
 	count := 0
-	err := g.store.Walk(ctx, bucket, func(ctx context.Context, filename string, fInfo os.FileInfo) error {
+	// Start at the prefix or past the cursor, whichever is later: what
+	// comes before can never be listed (lockfs patch 1).
+	from := prefix
+	if cursor > from {
+		from = cursor
+	}
+	err := g.store.Walk(ctx, bucket, from, func(ctx context.Context, filename string, fInfo os.FileInfo) error {
 		dbgWalk("walk: %s", filename)
 
 		// If we're beyond the prefix, we're completely done.
