@@ -42,16 +42,20 @@ fmt-check:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then \
 		echo "gofmt: these files need formatting (run gofmt -w):"; echo "$$out"; exit 1; fi
 
-# third_party/bazil.org/fuse is its own module (a `replace` needs a go.mod
-# there), so ./... in the root stops at it: vet and test it explicitly.
-FORK := third_party/bazil.org/fuse
+# third_party/bazil.org/fuse and the GCS emulator gcsemu are modules of
+# their own (a `replace` needs a go.mod there), so ./... in the root stops
+# at them: vet and test them explicitly.
+FORK    := third_party/bazil.org/fuse
+GCSEMU  := third_party/github.com/fullstorydev/emulators/storage
 
 vet:
 	$(GO) vet -tags $(TAGS) ./...
 	cd $(FORK) && $(GO) vet ./...
+	cd $(GCSEMU) && $(GO) vet ./...
 
 test: deps fmt-check vet
 	cd $(FORK) && $(GO) test -race -count=1 -timeout 10m ./...
+	cd $(GCSEMU) && $(GO) test -race -count=1 -timeout 10m ./...
 	$(GO) test -tags $(TAGS) -race -count=1 -timeout 40m ./...
 
 # The performance table (docs/BENCHMARKS.md): lockfs side by side with its

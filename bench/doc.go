@@ -18,8 +18,8 @@
 // (flock loops, hand-offs, held locks, file I/O), built by the harness with
 // `go build` together with bench/internal/noopfs, bench/internal/loopback
 // and cmd/lockfs. The GCS request counts are taken in process, with a
-// lockmgr.Engine over gcsbackend, against the fake-gcs-server emulator
-// behind gcsbackend/faultproxy, which counts requests by kind and by object
+// lockmgr.Engine over gcsbackend, against the GCS emulator (gcsemu, forked
+// under third_party/; gcsbackend/gcstest) behind gcsbackend/faultproxy, which counts requests by kind and by object
 // and can enforce GCS's per-object write limit and add latency. The fleet
 // figures run many such hosts in this process (gcsfleet: 16 hosts under the
 // write limit; gcssim: 1,000 hosts holding 100 locks each, and first a

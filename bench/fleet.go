@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/gcsbackend/faultproxy"
-	"github.com/lockfs/lockfs/gcsbackend/gcstest"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -30,46 +28,29 @@ const fleetWorkers = 2
 type gcsEnv struct {
 	emu   *emulator
 	proxy *countingProxy
-	store string // the emulator's object files; "" for its memory
 }
 
 func (e *gcsEnv) close() {
 	e.proxy.close()
 	e.emu.stop(time.Second)
-	e.removeStore()
 }
 
-func (e *gcsEnv) removeStore() {
-	if e.store != "" {
-		os.RemoveAll(e.store)
-	}
-}
-
-// startGCS starts an emulator and a proxy for one measurement; with
-// onDisk, the emulator keeps its objects in files on tmpfs (see
-// startEmulator), removed when the environment closes. If the emulator
-// cannot be built it records keys as null with the reason and returns
-// nil, nil.
-func (r *runner) startGCS(ctx context.Context, what string, keys []string, onDisk bool) (*gcsEnv, error) {
+// startGCS starts an emulator and a proxy for one measurement. If the
+// emulator cannot be built it records keys as null with the reason and
+// returns nil, nil.
+func (r *runner) startGCS(ctx context.Context, what string, keys []string) (*gcsEnv, error) {
 	bin, err := emulatorBinary(ctx, r.modDir)
 	if err != nil {
-		reason := fmt.Sprintf("cannot build the GCS emulator %s: %v", gcstest.Module, err)
+		reason := fmt.Sprintf("cannot build the GCS emulator %s: %v", benchEmulator, err)
 		r.nullKeys(what, keys, reason)
 		return nil, nil
 	}
 	env := &gcsEnv{}
-	if onDisk {
-		if env.store, err = os.MkdirTemp(shmDir(r.work), "lockfs-bench-gcs-store-"); err != nil {
-			return nil, err
-		}
-	}
-	if env.emu, err = startEmulator(ctx, bin, r.logDir, gcsBucket, env.store); err != nil {
-		env.removeStore()
+	if env.emu, err = startEmulator(ctx, bin, r.logDir, gcsBucket); err != nil {
 		return nil, err
 	}
 	if env.proxy, err = startCountingProxy(env.emu.url); err != nil {
 		env.emu.stop(time.Second)
-		env.removeStore()
 		return nil, err
 	}
 	return env, nil
@@ -141,7 +122,7 @@ var fleetKeys = []string{"gcs_fleet_acquires_per_s", "gcs_fleet_lease_losses", "
 // acquire bounded by 30 s), gcs_fleet_acquire_p50_ms and _p99_ms,
 // gcs_fleet_writes_per_s, gcs_fleet_reads_per_s, gcs_fleet_hosts.
 func (r *runner) gcsFleet(ctx context.Context) error {
-	env, err := r.startGCS(ctx, "gcs_fleet", fleetKeys, false)
+	env, err := r.startGCS(ctx, "gcs_fleet", fleetKeys)
 	if env == nil || err != nil {
 		return err
 	}
@@ -291,7 +272,7 @@ func (r *runner) gcsSim(ctx context.Context) error {
 			unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
 		}
 	}
-	env, err := r.startGCS(ctx, "gcs_sim", append(simKeys, simReducedKeys...), true)
+	env, err := r.startGCS(ctx, "gcs_sim", append(simKeys, simReducedKeys...))
 	if env == nil || err != nil {
 		return err
 	}
@@ -335,8 +316,7 @@ func (r *runner) gcsSim(ctx context.Context) error {
 		// The setup's rate already rules the full load out: no probe.
 		rate := float64(held) / setup.Seconds()
 		r.nullKeys("gcs_sim", simKeys, fmt.Sprintf("the reduced load did not set up, so no probe of the full one: %s "+
-			"(%.0f acquires/s; all %d would take at least %v at that rate, and the emulator slows as objects accumulate, "+
-			"each request scanning every stored object)", reason, rate, n*per, (time.Duration(float64(n*per)/rate)*time.Second).Round(time.Second)))
+			"(%.0f acquires/s; all %d would take at least %v at that rate)", reason, rate, n*per, (time.Duration(float64(n*per)/rate)*time.Second).Round(time.Second)))
 	}
 	r.logf("gcs sim: %d hosts hold %d locks (%d each wanted) after %v (%d lost so far)", n, held, reduced, setup.Round(time.Millisecond), lost.Load())
 	mix, serr := simSteady(ctx, env.proxy, r.cfg.GCSSimDur)
@@ -370,8 +350,7 @@ func (r *runner) gcsSim(ctx context.Context) error {
 		}
 		tr := env.proxy.Kinds()
 		r.nullKeys("gcs_sim", simKeys, fmt.Sprintf("%d of %d locks held after a %v probe on top of the reduced load "+
-			"(%.0f acquires/s; the other %d would take %s at that rate, and the emulator slows as objects accumulate, "+
-			"each request scanning every stored object; %d writes and %d reads sent since the start; %d holds lost): %v",
+			"(%.0f acquires/s; the other %d would take %s at that rate; %d writes and %d reads sent since the start; %d holds lost): %v",
 			held, n*per, setup.Round(time.Second), rate, n*per-n*reduced, projected, tr[faultproxy.KindWrite], tr[faultproxy.KindRead], lost.Load(), err))
 		return nil
 	}
@@ -398,8 +377,7 @@ func (r *runner) gcsSim(ctx context.Context) error {
 }
 
 // simSetupWorkers is the number of acquires in flight during the sim's
-// setup: more only queue at the emulator, whose lists hold off every write
-// (the hosts' heartbeats among them) while they walk the bucket.
+// setup.
 const simSetupWorkers = 16
 
 // simTake has every host take its locks from..to-1 (round robin over the

@@ -18,8 +18,6 @@ import (
 
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/lockmgr"
-
-	"github.com/lockfs/lockfs/gcsbackend/gcstest"
 )
 
 // gcsBucket is the emulator bucket the GCS measurements use.
@@ -67,10 +65,10 @@ const gcsSibling = "a/b/c/e"
 func (r *runner) gcs(ctx context.Context) error {
 	bin, err := emulatorBinary(ctx, r.modDir)
 	if err != nil {
-		r.gcsUnavailable(fmt.Sprintf("cannot build the GCS emulator %s: %v", gcstest.Module, err))
+		r.gcsUnavailable(fmt.Sprintf("cannot build the GCS emulator %s: %v", benchEmulator, err))
 		return nil
 	}
-	emu, err := startEmulator(ctx, bin, r.logDir, gcsBucket, "")
+	emu, err := startEmulator(ctx, bin, r.logDir, gcsBucket)
 	if err != nil {
 		return err
 	}

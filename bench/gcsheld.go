@@ -55,7 +55,7 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 	if perProc < 1 {
 		return fmt.Errorf("RLIMIT_NOFILE %d leaves no room for holders", lim.Cur)
 	}
-	env, err := r.startGCS(ctx, "held_100k", gcsHeldKeys, true)
+	env, err := r.startGCS(ctx, "held_100k", gcsHeldKeys)
 	if env == nil || err != nil {
 		return err
 	}

@@ -149,13 +149,7 @@ func (b *Backend) probeGeneration(ctx context.Context, name string) (int64, erro
 func (b *Backend) probeWrite(ctx context.Context, name string, gen int64, payload []byte) (int64, error) {
 	rctx, cancel := b.requestCtx(ctx, 0)
 	defer cancel()
-	cond := storage.Conditions{DoesNotExist: true}
-	if gen != 0 {
-		cond = storage.Conditions{GenerationMatch: gen}
-	}
-	w := b.bucket.Object(name).If(cond).NewWriter(rctx)
-	w.ChunkSize = 0
-	w.ContentType = "application/json"
+	w := b.upload(rctx, name, gen, payload)
 	if _, err := w.Write(payload); err != nil {
 		w.Close()
 		return 0, err

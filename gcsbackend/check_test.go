@@ -59,10 +59,11 @@ func checkErr(t *testing.T, emu *gcstest.Emulator, mod func(*gcsbackend.Config))
 }
 
 // A bare emulator endpoint passes the check and serves locks; the probe is
-// cleaned up. Control: a wrong path is refused, naming the endpoint.
+// cleaned up. Control: a wrong path is refused, naming the endpoint. On
+// fake-gcs-server: gcsemu answers JSON API paths under any prefix.
 func TestCheckBareEndpoint(t *testing.T) {
 	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
-	emu := gcstest.Start(t)
+	emu := gcstest.StartKind(t, gcstest.FakeGCSServer)
 	b, err, _ := checkErr(t, emu, func(c *gcsbackend.Config) { c.Endpoint = emu.URL })
 	if err != nil {
 		t.Fatalf("bare endpoint %s: %v", emu.URL, err)
@@ -88,10 +89,11 @@ func TestCheckBareEndpoint(t *testing.T) {
 }
 
 // A missing bucket is refused at once with a message that names it and
-// says to create it. Control: the bucket, once created, passes.
+// says to create it. Control: the bucket, once created, passes. On
+// fake-gcs-server: gcsemu creates a missing bucket on the first write.
 func TestCheckMissingBucket(t *testing.T) {
 	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
-	emu := gcstest.Start(t)
+	emu := gcstest.StartKind(t, gcstest.FakeGCSServer)
 	const name = "no-such-bucket"
 	_, err, _ := checkErr(t, emu, func(c *gcsbackend.Config) { c.Bucket = name })
 	if !errors.Is(err, gcsbackend.ErrBucketUnusable) || !strings.Contains(err.Error(), `bucket "`+name+`" does not exist`) ||

@@ -22,9 +22,15 @@ import (
 // that the emulator enforces both, atomically, so that no other test can
 // pass against an emulator that ignores a check. The control is the same
 // upload without its condition, which must succeed where the conditional one
-// fails: the 412s come from the conditions and nothing else.
+// fails: the 412s come from the conditions and nothing else. It runs against
+// every emulator the tests use.
 func TestEmulatorEnforcesPreconditions(t *testing.T) {
-	emu := gcstest.Start(t)
+	for _, k := range gcstest.Kinds {
+		t.Run(string(k), func(t *testing.T) { testPreconditions(t, gcstest.StartKind(t, k)) })
+	}
+}
+
+func testPreconditions(t *testing.T, emu *gcstest.Emulator) {
 	c := emu.Client(t)
 	c.SetRetry(storage.WithPolicy(storage.RetryNever))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -39,6 +45,7 @@ func TestEmulatorEnforcesPreconditions(t *testing.T) {
 		w := o.NewWriter(ctx)
 		w.ChunkSize = 0
 		w.ContentType = "application/json"
+		gcstest.SendCRC32C(w, []byte(body))
 		if _, err := io.WriteString(w, body); err != nil {
 			w.Close()
 			return 0, err

@@ -76,7 +76,9 @@
 //
 // # Testing
 //
-// Package gcstest runs fake-gcs-server, pinned by go.mod's tool line, as a
-// process on loopback, and offers a fake Clock; package faultproxy injects
-// 429s, 503s, resets, lost replies and latency between client and emulator.
+// Package gcstest runs a GCS emulator as a process on loopback (gcsemu,
+// forked under third_party/, by default; fake-gcs-server, pinned by go.mod's
+// tool line, where a test needs a missing bucket refused), and offers a
+// fake Clock; package faultproxy injects 429s, 503s, resets, lost replies
+// and latency between client and emulator.
 package gcsbackend

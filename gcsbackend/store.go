@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"time"
@@ -91,13 +92,7 @@ func (b *Backend) readRaw(ctx context.Context, name string) (gen int64, body []b
 // and returns the new generation.
 func (b *Backend) write(ctx context.Context, name string, gen int64, payload []byte, meta map[string]string) (int64, outcome, error) {
 	b.stats.writes.Add(1)
-	cond := storage.Conditions{DoesNotExist: true}
-	if gen != 0 {
-		cond = storage.Conditions{GenerationMatch: gen}
-	}
-	w := b.bucket.Object(name).If(cond).NewWriter(ctx)
-	w.ChunkSize = 0 // one request, no resumable session
-	w.ContentType = "application/json"
+	w := b.upload(ctx, name, gen, payload)
 	w.CacheControl = "no-store"
 	w.Metadata = meta
 	if _, err := w.Write(payload); err != nil {
@@ -110,6 +105,26 @@ func (b *Backend) write(ctx context.Context, name string, gen int64, payload []b
 	b.stats.writesOK.Add(1)
 	return w.Attrs().Generation, outcomeOK, nil
 }
+
+// upload returns a writer of payload as the object's next version, on
+// condition that its generation is still gen (0: that it does not exist),
+// in one request (no resumable session), sending payload's CRC32C so that
+// GCS checks what it stores (as GCS recommends; the client then checks the
+// CRC32C GCS reports against it).
+func (b *Backend) upload(ctx context.Context, name string, gen int64, payload []byte) *storage.Writer {
+	cond := storage.Conditions{DoesNotExist: true}
+	if gen != 0 {
+		cond = storage.Conditions{GenerationMatch: gen}
+	}
+	w := b.bucket.Object(name).If(cond).NewWriter(ctx)
+	w.ChunkSize = 0
+	w.ContentType = "application/json"
+	w.CRC32C = crc32.Checksum(payload, castagnoli)
+	w.SendCRC32C = true
+	return w
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // remove deletes an object on condition that its generation is gen. A
 // missing object is success.

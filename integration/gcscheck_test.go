@@ -6,14 +6,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/gcsbackend/gcstest"
 )
 
 // `lockfs mount --backend gcs` on a bucket that does not exist exits
 // non-zero with a message naming the bucket and saying what to fix, and
 // mounts nothing. Control: the same command on the emulator's bucket, with
-// a bare endpoint (no /storage/v1/), mounts and serves a lock.
+// a bare endpoint (no /storage/v1/), mounts and serves a lock. On
+// fake-gcs-server: gcsemu creates a missing bucket on the first write.
 func TestGCSMountRefusesMissingBucket(t *testing.T) {
-	emu := startEmulator(t)
+	requireFUSE(t)
+	emu := gcstest.StartKind(t, gcstest.FakeGCSServer)
 	base := t.TempDir()
 	src, mnt := filepath.Join(base, "src"), filepath.Join(base, "mnt")
 	for _, d := range []string{src, mnt} {

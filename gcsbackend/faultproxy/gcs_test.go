@@ -41,6 +41,7 @@ func put(ctx context.Context, b *storage.BucketHandle, name string, cond *storag
 	}
 	w := o.NewWriter(ctx)
 	w.ChunkSize = 0
+	gcstest.SendCRC32C(w, []byte(data))
 	if _, err := w.Write([]byte(data)); err != nil {
 		w.Close()
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"net"
 	"net/http"
 	"os"
@@ -25,9 +26,11 @@ const DefaultBucket = "lockfs-test"
 // startTimeout bounds the wait for the emulator's health check.
 const startTimeout = 15 * time.Second
 
-// Emulator is a fake-gcs-server process serving an in-memory store on a
-// loopback port.
+// Emulator is an emulator process serving an in-memory store on a loopback
+// port.
 type Emulator struct {
+	// Kind is which emulator it is.
+	Kind Kind
 	// URL is the emulator's base URL, "http://127.0.0.1:PORT".
 	URL string
 	// Bucket is a bucket created at start.
@@ -45,15 +48,21 @@ func Endpoint(base string) string { return base + "/storage/v1/" }
 // Endpoint returns the emulator's JSON API endpoint.
 func (e *Emulator) Endpoint() string { return Endpoint(e.URL) }
 
-// Start builds (once per machine) and starts the emulator on a free loopback
-// port, waits until it answers its health check, creates DefaultBucket,
-// and stops it when t ends.
+// Start builds (once per machine) and starts the default emulator (GCSEmu)
+// on a free loopback port, waits until it answers its health check,
+// creates DefaultBucket, and stops it when t ends.
 func Start(t testing.TB) *Emulator {
 	t.Helper()
-	bin := Binary(t)
+	return StartKind(t, GCSEmu)
+}
+
+// StartKind is Start with the emulator of kind k.
+func StartKind(t testing.TB, k Kind) *Emulator {
+	t.Helper()
+	bin := Binary(t, k)
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		e, err := start(bin, t.TempDir())
+		e, err := start(bin, k, t.TempDir())
 		if err != nil {
 			lastErr = err
 			continue // most likely the port was taken meanwhile
@@ -76,20 +85,19 @@ func Start(t testing.TB) *Emulator {
 	return nil
 }
 
-func start(bin, dir string) (*Emulator, error) {
+func start(bin string, k Kind, dir string) (*Emulator, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	p := strconv.Itoa(port)
-	logPath := filepath.Join(dir, "fake-gcs-server.log")
+	logPath := filepath.Join(dir, string(k)+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "-scheme", "http", "-host", "127.0.0.1", "-port", p,
-		"-backend", "memory", "-public-host", "127.0.0.1:"+p, "-log-level", "warn")
+	cmd := exec.Command(bin, k.Args(p)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group, so a terminal's Ctrl-C reaches the test
 	// first; it dies with the test binary.
@@ -97,7 +105,7 @@ func start(bin, dir string) (*Emulator, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	e := &Emulator{URL: "http://127.0.0.1:" + p, cmd: cmd, done: make(chan struct{}), log: logPath}
+	e := &Emulator{Kind: k, URL: "http://127.0.0.1:" + p, cmd: cmd, done: make(chan struct{}), log: logPath}
 	go func() { cmd.Wait(); close(e.done) }()
 
 	deadline := time.Now().Add(startTimeout)
@@ -212,4 +220,12 @@ func tail(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
+}
+
+// SendCRC32C makes w send the CRC32C of data, which it must upload: gcsemu
+// reports no CRC32C of its own but the one sent, and the client checks
+// that against what it computed (GCS recommends sending it anyway; the
+// gcs backend does).
+func SendCRC32C(w *storage.Writer, data []byte) {
+	w.CRC32C, w.SendCRC32C = crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)), true
 }
