@@ -19,6 +19,8 @@ import (
 const (
 	// DefaultTTL is the default lease TTL.
 	DefaultTTL = 30 * time.Second
+	// MinTTL is the shortest lease TTL Validate accepts.
+	MinTTL = 100 * time.Millisecond
 	// DefaultRequestTimeout bounds one GCS request unless the lease's
 	// remaining validity is shorter.
 	DefaultRequestTimeout = 5 * time.Second
@@ -174,8 +176,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gcsbackend: Endpoint %q: want http://HOST:PORT or https://HOST:PORT, optionally with the path /storage/v1/", d.Endpoint)
 	case !utf8.ValidString(d.Prefix) || strings.HasPrefix(d.Prefix, "/"):
 		return fmt.Errorf("gcsbackend: Prefix %q must be UTF-8 and not start with /", d.Prefix)
-	case d.TTL < 100*time.Millisecond:
-		return fmt.Errorf("gcsbackend: TTL %v is under 100ms", d.TTL)
+	case d.TTL < MinTTL:
+		return fmt.Errorf("gcsbackend: TTL %v is under %v", d.TTL, MinTTL)
 	case d.RefreshInterval <= 0 || d.RefreshInterval >= d.TTL/2:
 		return fmt.Errorf("gcsbackend: refresh interval %v must be positive and under TTL/2 (%v)", d.RefreshInterval, d.TTL/2)
 	case d.Margin <= 0 || d.Margin >= d.TTL/4:

@@ -70,3 +70,26 @@ except OSError as e:
 		t.Errorf("no line for the grant after the long wait")
 	}
 }
+
+// TestStartupLogSettings: the daemon logs the settings it runs with,
+// defaults filled in (the lease TTL was nowhere in the log), and a
+// --lease-ttl of 0 is refused before anything is mounted (it was taken
+// for the default, silently).
+func TestStartupLogSettings(t *testing.T) {
+	m := mount(t)
+	if log := m.logText(); !strings.Contains(log, `msg="settings in effect"`) || !strings.Contains(log, "keep_shared_locks=") ||
+		!strings.Contains(log, "max_open_per_uid=") || strings.Contains(log, "lease_ttl=") {
+		t.Errorf("the local mount's start-up log lacks its settings:\n%s", log)
+	}
+	emu := startEmulator(t)
+	g := mountGCS(t, gcsHost{id: "host-s", endpoint: emu.Endpoint(), bucket: emu.Bucket, ttl: 7 * time.Second})
+	if log := g.logText(); !strings.Contains(log, "lease_ttl=7s") || !strings.Contains(log, "refresh_every=2.333333333s") {
+		t.Errorf("the gcs mount's start-up log lacks its lease TTL and refresh interval:\n%s", log)
+	}
+	mnt := t.TempDir()
+	r := lockfs(t, 30*time.Second, "mount", "--backend", "gcs", "--gcs-bucket", emu.Bucket, "--gcs-endpoint", emu.Endpoint(),
+		"--lease-ttl", "0", t.TempDir(), mnt)
+	if r.code != 64 || !strings.Contains(r.stderr, "--lease-ttl 0: want 100ms or more") || isMounted(mnt) {
+		t.Errorf("lockfs mount --lease-ttl 0: %v (mounted: %v)", r, isMounted(mnt))
+	}
+}

@@ -36,6 +36,11 @@ func (g gcsFlags) validate(backend string) error {
 	if g.bucket == "" {
 		return usagef("--backend gcs needs --gcs-bucket")
 	}
+	if ttl := durationValue(g.ttl); g.ttl < gcsbackend.MinTTL {
+		return usagef("--lease-ttl %v: want %v or more (default %v). A lease is how long this host's locks outlive "+
+			"its last heartbeat: with 0 every lock would be lost as it is granted, and a crashed host's locks "+
+			"taken over at once", ttl.String(), gcsbackend.MinTTL, gcsbackend.DefaultTTL)
+	}
 	cfg := g.config(nil)
 	if err := cfg.Validate(); err != nil {
 		return usagef("%v", err)

@@ -165,7 +165,7 @@ func newLockCmd() *cobra.Command {
 	fs.StringVar(&lf.gcs.bucket, "gcs-bucket", "", "gcs: the bucket holding the lock leases")
 	fs.StringVar(&lf.gcs.prefix, "gcs-prefix", "", "gcs: object name prefix of the namespace")
 	fs.StringVar(&lf.gcs.endpoint, "gcs-endpoint", "", "gcs: a GCS emulator's JSON API URL (turns authentication off)")
-	durationVarP(fs, &lf.gcs.ttl, "lease-ttl", "", 30*time.Second, "gcs: lease time to live; the lock is lost if lockfs lock cannot refresh it for this long")
+	durationVarP(fs, &lf.gcs.ttl, "lease-ttl", "", 30*time.Second, "gcs: lease time to live, at least 100ms; the lock is lost if lockfs lock cannot refresh it for this long")
 	fs.StringVar(&lf.gcs.hostID, "host-id", "", "gcs: this process's host name in the bucket (default: hostname plus a random suffix)")
 	completeValues(cmd, "kind", kinds...)
 	completeValues(cmd, "backend", lockBackends...)

@@ -123,7 +123,7 @@ func addMountFlags(fs *pflag.FlagSet, mf *mountFlags) {
 	fs.StringVar(&mf.gcs.bucket, "gcs-bucket", "", "gcs backend: the bucket holding the lock leases")
 	fs.StringVar(&mf.gcs.prefix, "gcs-prefix", "", "gcs backend: object name prefix, so one bucket can hold several namespaces")
 	fs.StringVar(&mf.gcs.endpoint, "gcs-endpoint", "", "gcs backend: a GCS emulator's JSON API URL (turns authentication off); empty = real GCS with Application Default Credentials")
-	durationVarP(fs, &mf.gcs.ttl, "lease-ttl", "", gcsbackend.DefaultTTL, "gcs backend: lease time to live; a crashed host's locks are taken over after it, refreshes run every TTL/3")
+	durationVarP(fs, &mf.gcs.ttl, "lease-ttl", "", gcsbackend.DefaultTTL, "gcs backend: lease time to live, at least 100ms: a crashed host's locks are taken over this long after its last heartbeat, which runs every TTL/3; a host that cannot refresh within it marks its locks lost")
 	fs.StringVar(&mf.gcs.hostID, "host-id", "", "gcs backend: this host's name in the bucket (default: hostname plus a random suffix)")
 }
 
@@ -216,6 +216,7 @@ func runMount(mf mountFlags, source, mountpoint string, stderr io.Writer) error 
 	}
 	log.WithFields(logrus.Fields{"version": Version(), "on_lease_loss": signalName(lossSig), "admin_socket": d.adminPath}).
 		Infof("mounted %s at %s (backend %s)", paths.source, paths.mountpoint, describeBackend(mf, d.hostID))
+	log.WithFields(d.settings).Info("settings in effect")
 	// The mount answers from here on: units ordered after a Type=notify
 	// lockfs@.service start now, not before the mountpoint exists.
 	d.notify("READY=1\nSTATUS=serving " + paths.source + " at " + paths.mountpoint)
@@ -236,6 +237,7 @@ type daemon struct {
 	adminPath  string
 	metricsSrv *http.Server // nil without --metrics-addr
 	hostID     string
+	settings   logrus.Fields // the settings in effect, for the start-up log
 }
 
 // stopServices closes the admin socket and the metrics endpoint, and stops
@@ -309,8 +311,9 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 	if keepCache {
 		log.Warnf("%s=1: the kernel's cache is kept whatever changes in SOURCE; data written there or through another mount can be read stale and lost (for tests only)", keepCacheEnv)
 	}
+	maxOpen := maxOpenPerUID(mf.maxOpen, raiseNofile(log))
 	f, err := fs.New(fs.Config{Source: paths.source, Engine: engine, Logger: log, Host: host, ObserveOp: m.FUSEOp,
-		ListControlFiles: mf.listCtl, MaxOpenPerUID: maxOpenPerUID(mf.maxOpen, raiseNofile(log)), Observer: m, KeepCacheUnsafe: keepCache,
+		ListControlFiles: mf.listCtl, MaxOpenPerUID: maxOpen, Observer: m, KeepCacheUnsafe: keepCache,
 		Passthrough: mf.passthrough == "auto", ReadDirPlus: mf.readdirplus == "on", SpliceReads: mf.spliceReads == "on"})
 	if err != nil {
 		return nil, err
@@ -340,6 +343,7 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 		conn:       conn,
 		served:     make(chan struct{}),
 		hostID:     host,
+		settings:   settingsInEffect(mf, backend, maxOpen),
 	}
 	undo = append(undo, func() { fuse.Unmount(paths.mountpoint) })
 	if err := d.startServices(mf, m, f); err != nil {
