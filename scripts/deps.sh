@@ -6,7 +6,9 @@ set -euo pipefail
 
 # tool:packages pairs (packages separated by commas). gcc and the C library
 # headers are for the race detector that `make test` uses; promtool checks
-# that the alert rules of docs/OPERATIONS.md can fire (integration tests).
+# that the alert rules of docs/OPERATIONS.md can fire (integration tests);
+# etcd and etcdctl are the real etcd server the etcd backend's tests run
+# (Debian's etcd 3.4; tests start their own members on free loopback ports).
 needs=(
 	fusermount3:fuse3
 	flock:util-linux
@@ -17,6 +19,8 @@ needs=(
 	rsync:rsync
 	gcc:gcc,libc6-dev
 	promtool:prometheus
+	etcd:etcd-server
+	etcdctl:etcd-client
 )
 
 missing_pkgs=()

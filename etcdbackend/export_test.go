@@ -1,0 +1,8 @@
+package etcdbackend
+
+// Crash stops the backend as a killed daemon stops: no revocation, no
+// more keep-alives; its keys stay until the server expires its lease.
+func (b *Backend) Crash() {
+	b.shutdown()
+	b.cli.Close()
+}

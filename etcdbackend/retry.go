@@ -1,0 +1,102 @@
+package etcdbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// retry runs one etcd request, each try bounded by RequestTimeout, and
+// retries failures that may pass (no answer, no leader, a member going
+// away) with jittered backoff until they have gone on for giveUp: then it
+// returns an error wrapping lockmgr.ErrUnavailable. An error that will not
+// pass by retrying (permission denied, bad credentials) is returned at once,
+// wrapping lockmgr.ErrUnavailable too; the end of ctx returns ctx.Err().
+func (b *Backend) retry(ctx context.Context, giveUp time.Duration, what string, f func(ctx context.Context) error) error {
+	bo := newBackoff(20*time.Millisecond, time.Second)
+	start := time.Now()
+	for {
+		// Without a leader a member answers at once (ErrNoLeader), which is
+		// retried, instead of holding the request until the deadline.
+		rctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), b.cfg.RequestTimeout)
+		err := f(rctx)
+		cancel()
+		b.stats.requests.Add(1)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !transient(err) {
+			return fmt.Errorf("%s: %w: %w", what, lockmgr.ErrUnavailable, err)
+		}
+		b.stats.failures.Add(1)
+		if time.Since(start) >= giveUp {
+			return fmt.Errorf("%s: %w: etcd failed for %v: %w", what, lockmgr.ErrUnavailable, giveUp.Round(time.Millisecond), err)
+		}
+		if err := sleep(ctx, min(bo.next(), giveUp-time.Since(start)+time.Millisecond)); err != nil {
+			return err
+		}
+	}
+}
+
+// transient reports whether a failed request may succeed if retried.
+func transient(err error) bool {
+	switch {
+	case errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrAuthFailed),
+		errors.Is(err, rpctypes.ErrAuthNotEnabled), errors.Is(err, rpctypes.ErrUserEmpty),
+		errors.Is(err, rpctypes.ErrLeaseNotFound), errors.Is(err, rpctypes.ErrRequestTooLarge),
+		errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrKeyNotFound):
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.FailedPrecondition:
+		return false
+	}
+	return true
+}
+
+// backoff is a jittered, bounded exponential backoff: each wait is drawn
+// uniformly from [d/2, d], and d doubles from lo up to hi.
+type backoff struct{ lo, hi, d time.Duration }
+
+func newBackoff(lo, hi time.Duration) *backoff { return &backoff{lo: lo, hi: hi, d: lo} }
+
+func (bo *backoff) next() time.Duration {
+	d := bo.d
+	bo.d = min(2*bo.d, bo.hi)
+	return d/2 + rand.N(d/2+1)
+}
+
+func (bo *backoff) reset() { bo.d = bo.lo }
+
+// jitter returns d give or take a tenth, so that hosts spread out.
+func jitter(d time.Duration) time.Duration { return d - d/10 + rand.N(d/5+1) }
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
