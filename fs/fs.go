@@ -115,7 +115,7 @@ var (
 // FS is one mount: the passthrough of Config.Source and, through
 // control.go, the control files. It implements bazil's fusefs.FS.
 //
-// LOCK ORDERING: nodesMu, treeMu, staleMu, node.mu, fileHandle.mu,
+// LOCK ORDERING: moveMu is taken before the others (names.go). nodesMu, treeMu, staleMu, node.mu, fileHandle.mu,
 // ownersMu, fileLockOwner.mu and releaseMu are leaves: none is held while
 // taking another, except fileHandle.mu → ownersMu (filelock.go) and
 // pins.mu → node.mu (pin.go). None is
@@ -179,6 +179,14 @@ type FS struct {
 	// treeMu guards the links (parent directory and name) of every
 	// passthrough node.
 	treeMu sync.RWMutex
+	// moveMu is held for writing by a rename of a directory through the
+	// mount, from before its guard (guardTree) until the tree records the
+	// move, and for reading by a lock request that looks where its
+	// directory is now (Dir.whereNow): a directory is then either at its
+	// old path in SOURCE and in the tree, or at its new one in both.
+	// Taken before treeMu and node locks; never held across a wait for a
+	// lock or a call that can block for long.
+	moveMu sync.RWMutex
 
 	// staleMu guards stale.
 	staleMu sync.Mutex

@@ -54,6 +54,23 @@ import (
 // Release can drop the new lock. It needs a freed and reused kernel
 // pointer within one round trip; we accept it.
 //
+// # Renames
+//
+// A lock is the lock of its directory's current path, and a directory
+// with a lock held on it or below it is not renamed (EBUSY, names.go). A
+// request that waits holds nothing yet, though: the directory it opened
+// may be renamed away, renamed back, or replaced by another while it
+// waits (typically under the parent's exclusive lock, which the request
+// waits for). The request follows the directory it opened: after the
+// engine answers, it looks where the directory is now (Dir.whereNow, in
+// step with renames through the mount). Granted under a path the
+// directory has left, it gives that lock back and asks again at the new
+// path; refused because its claim found no directory (the backend's
+// error wraps os.ErrNotExist), it asks again at the new path, or fails
+// with ENOENT if the directory is gone (removed, or moved outside the
+// mount where the daemon cannot follow it). It never answers EIO for
+// that. See docs/PROTOCOL.md, "Renames during a wait".
+//
 // # Errors
 //
 // lockErrno maps every error of a lock call to its errno (SPEC §3), and
@@ -150,22 +167,7 @@ func (h *controlHandle) lock(ctx context.Context, req *fuse.LockRequest, wait bo
 		}
 		return c.refuse(call, err)
 	}
-	// Remember the owner before asking: a Flush racing with the grant
-	// then still finds it.
-	h.n.remember(call.owner, h, call.id)
-	_, err = c.engine.Acquire(ctx, lockmgr.Request{
-		Lock:  call.id,
-		Mode:  mode,
-		Owner: call.owner,
-		TID:   call.tid,
-		UID:   call.uid,
-		Wait:  wait,
-		Ino:   h.n.inode,
-		// The token is issued when the holder (or lockfs status) reads
-		// it, not on every grant: most flocks are never asked for it.
-		DeferToken: true,
-	})
-	if err != nil {
+	if err := h.acquire(ctx, &call, wait); err != nil {
 		return c.refuse(call, err)
 	}
 	if h.n.kind == lockmgr.KindDir || h.n.kind == lockmgr.KindNewDir {
@@ -173,6 +175,67 @@ func (h *controlHandle) lock(ctx context.Context, req *fuse.LockRequest, wait bo
 	}
 	return nil
 }
+
+// acquire asks the engine for call's lock through h and follows h's
+// directory if a rename through the mount moves it meanwhile (see
+// # Renames): it sets call.id to the lock it finally asked for.
+func (h *controlHandle) acquire(ctx context.Context, call *lockCall, wait bool) error {
+	c := h.n.c
+	for stale := 0; ; {
+		// Remember the owner before asking: a Flush racing with the
+		// grant then still finds it.
+		h.n.remember(call.owner, h, call.id)
+		_, err := c.engine.Acquire(ctx, lockmgr.Request{
+			Lock:  call.id,
+			Mode:  call.mode,
+			Owner: call.owner,
+			TID:   call.tid,
+			UID:   call.uid,
+			Wait:  wait,
+			Ino:   h.n.inode,
+			// The token is issued when the holder (or lockfs status)
+			// reads it, not on every grant: most flocks are never
+			// asked for it.
+			DeferToken: true,
+		})
+		if !followRenames || (err != nil && !errors.Is(err, os.ErrNotExist)) {
+			return err
+		}
+		now, found := h.n.dir.whereNow(err != nil)
+		switch {
+		case now == call.id.Path && err == nil:
+			return nil
+		case now != call.id.Path && err == nil:
+			// Granted the lock of the path the directory has left,
+			// which names another directory or nothing: give it back.
+			if err := c.release(ctx, call.id, call.owner); err != nil {
+				return err
+			}
+		case now != call.id.Path:
+			// The claim found nothing at the old path.
+		case found && stale < maxStaleClaims:
+			// Not found at a path where the directory is now: it
+			// moved away and back between the claim and this look.
+			stale++
+		default:
+			return fmt.Errorf("directory %s is gone: %w", now, err)
+		}
+		c.log.WithFields(logrus.Fields{"from": call.id.Path, "to": now, "kind": call.id.Kind.String(), "tid": call.tid}).
+			Debug("the directory of a lock request moved while it waited: asking again where it is now")
+		call.id.Path = now
+	}
+}
+
+// maxStaleClaims bounds how often one request asks again at an unchanged
+// path after its claim found no directory there while the directory is
+// found there afterwards (moved away and back meanwhile).
+const maxStaleClaims = 8
+
+// followRenames makes a lock request follow its directory when a rename
+// moves it meanwhile (acquire). A variable only so that a test's control
+// can run the old path, which asked once under the path of the request's
+// start.
+var followRenames = true
 
 // Unlock releases the lock (LOCK_UN, F_UNLCK). Any byte range means the
 // whole lock.
@@ -368,6 +431,9 @@ func lockErrno(err error) syscall.Errno {
 		return syscall.EINTR
 	case errors.Is(err, errPermission):
 		return syscall.EACCES
+	case errors.Is(err, os.ErrNotExist):
+		// The directory is gone (acquire).
+		return syscall.ENOENT
 	case errors.As(err, &en):
 		return syscall.Errno(en.Errno())
 	}

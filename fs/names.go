@@ -114,6 +114,7 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 	replaced := false
 	tid := int(req.Header.Pid)
 	gaveUp := false // the moved directory's adopted lock was given up (rmdir.go)
+	moving := false // a directory moves: moveMu is held for writing
 	err := d.at(func(oldFd int, oldDirSt *inodeStat) error {
 		return nd.at(func(newFd int, newDirSt *inodeStat) error {
 			if err := lstatAt(oldFd, oldName, &st); err != nil {
@@ -138,6 +139,8 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 				// it into place): its adopted lock is given up for the
 				// move and taken again at the new name.
 				gaveUp = d.fs.giveUpAdopted(d.relPath(), oldName, tid)
+				d.fs.moveMu.Lock()
+				moving = true
 				release, err := d.fs.guardTree(joinRel(d.relPath(), oldName))
 				if err != nil {
 					return err
@@ -146,6 +149,10 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 			}
 			if exchange && replaced && tst.Mode&unix.S_IFMT == unix.S_IFDIR {
 				// The target directory moves too.
+				if !moving {
+					d.fs.moveMu.Lock()
+					moving = true
+				}
 				release, err := d.fs.guardTree(joinRel(nd.relPath(), newName))
 				if err != nil {
 					return err
@@ -167,6 +174,12 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 			return unix.Renameat(oldFd, oldName, newFd, newName)
 		})
 	})
+	if err == nil {
+		d.fs.renamed(d, oldName, nd, newName, &st, &tst, replaced, exchange)
+	}
+	if moving {
+		d.fs.moveMu.Unlock()
+	}
 	if gaveUp {
 		if err == nil {
 			// At its new name (an exchange moves it there too), it is
@@ -188,15 +201,23 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 	if err != nil {
 		return d.fs.fail("rename", d.childPath(oldName), err)
 	}
-	if replaced && keyOf(&tst) == keyOf(&st) {
-		return nil // two names of one inode: rename(2) does nothing
+	return nil
+}
+
+// renamed records in the tree a rename that succeeded: oldName of d (st)
+// is now newName of nd, where it replaced tst if replaced (or, exchange,
+// took its place).
+func (f *FS) renamed(d *Dir, oldName string, nd *Dir, newName string, st, tst *inodeStat, replaced, exchange bool) {
+	if replaced && keyOf(tst) == keyOf(st) {
+		return // two names of one inode: rename(2) does nothing
 	}
-	moved := d.fs.lookupNode(keyOf(&st))
+	moved := f.lookupNode(keyOf(st))
 	var gone passNode
 	if replaced {
-		gone = d.fs.lookupNode(keyOf(&tst))
+		gone = f.lookupNode(keyOf(tst))
 	}
-	d.fs.treeMu.Lock()
+	f.treeMu.Lock()
+	defer f.treeMu.Unlock()
 	if moved != nil {
 		moved.base().moveLinkLocked(d, oldName, nd, newName)
 	}
@@ -207,8 +228,27 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 			gone.base().dropLinkLocked(nd, newName)
 		}
 	}
-	d.fs.treeMu.Unlock()
-	return nil
+}
+
+// whereNow returns d's path now, in the engine's form, for a lock request
+// that may have waited while d moved (lock.go, # Renames). If checkFound,
+// found reports whether SOURCE has d's inode at that path. It waits for a
+// rename of a directory through the mount that is under way (moveMu), so
+// that it sees d either where it was before or where it is after.
+func (d *Dir) whereNow(checkFound bool) (path string, found bool) {
+	d.fs.moveMu.RLock()
+	defer d.fs.moveMu.RUnlock()
+	rel := d.relPath()
+	if !checkFound || d == d.fs.root {
+		return cleanDirPath(rel), true
+	}
+	fd, err := openBeneath(d.fs.rootFd, rel, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return cleanDirPath(rel), false
+	}
+	defer closeFd(fd)
+	var st inodeStat
+	return cleanDirPath(rel), fstat(fd, &st) == nil && keyOf(&st) == d.key
 }
 
 // guardTree keeps the locks at the directory rel and below it from being
