@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 
 	"cloud.google.com/go/storage"
@@ -161,19 +162,25 @@ func (b *Backend) probeWrite(ctx context.Context, name string, gen int64, payloa
 }
 
 // transientCheck reports whether a failed request of Check is worth
-// retrying: 429, 5xx, 408, and no answer at all.
+// retrying: 429, 5xx, 408, and no answer at all. A refused connection is
+// an answer: nothing listens at the endpoint's port, and waiting out
+// UnavailableAfter would only delay the same message.
 func transientCheck(err error) bool {
 	var ge *googleapi.Error
 	if errors.As(err, &ge) {
 		return ge.Code == http.StatusTooManyRequests || ge.Code == http.StatusRequestTimeout || ge.Code >= 500
 	}
-	return true
+	return !errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // explain turns a definite failure of a step of Check into an error that
 // says what to fix.
 func (b *Backend) explain(step, name string, err error) error {
 	var ge *googleapi.Error
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("%w: nothing listens at endpoint %s (connection refused): check the address, and that GCS "+
+			"(or the emulator) is running; the %s of gs://%s/%s failed: %v", ErrBucketUnusable, b.endpointName(), step, b.cfg.Bucket, name, err)
+	}
 	if !errors.As(err, &ge) {
 		return fmt.Errorf("%w: the %s of gs://%s/%s at endpoint %s failed: %v", ErrBucketUnusable, step, b.cfg.Bucket, name, b.endpointName(), err)
 	}
@@ -192,7 +199,7 @@ func (b *Backend) explain(step, name string, err error) error {
 			"or set GOOGLE_APPLICATION_CREDENTIALS to a service account key", b.cfg.Bucket)
 	case ge.Code == http.StatusForbidden:
 		fix = fmt.Sprintf("permission denied on bucket %q: the daemon's identity needs roles/storage.objectUser on it "+
-			"(or storage.objects.get, create and delete)", b.cfg.Bucket)
+			"(or a custom role with storage.objects.get, list, create and delete: docs/OPERATIONS.md, IAM)", b.cfg.Bucket)
 	default:
 		fix = fmt.Sprintf("endpoint %s answered %d", b.endpointName(), ge.Code)
 	}

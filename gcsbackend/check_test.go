@@ -119,7 +119,8 @@ func TestCheckUnwritableBucket(t *testing.T) {
 	endpoint := func(c *gcsbackend.Config) { c.Endpoint = gcstest.Endpoint(px.URL) }
 	_, err, _ = checkErr(t, emu, endpoint)
 	if !errors.Is(err, gcsbackend.ErrBucketUnusable) || !strings.Contains(err.Error(), "permission denied") ||
-		!strings.Contains(err.Error(), "roles/storage.objectUser") || !strings.Contains(err.Error(), emu.Bucket) {
+		!strings.Contains(err.Error(), "roles/storage.objectUser") || !strings.Contains(err.Error(), emu.Bucket) ||
+		!strings.Contains(err.Error(), "storage.objects.get, list, create and delete") {
 		t.Fatalf("unwritable bucket: %v", err)
 	}
 	if s := px.Stats(); s.Forbidden != 1 {
@@ -131,10 +132,31 @@ func TestCheckUnwritableBucket(t *testing.T) {
 	}
 }
 
+// An endpoint that refuses connections is refused at once (nothing
+// listens there: it waited out UnavailableAfter, 10 s by default), with a
+// message naming the endpoint, saying so and to check the address. The
+// bound is generous against UnavailableAfter (2 minutes here): only a check
+// that waits it out fails it.
+func TestCheckRefusedFailsFast(t *testing.T) {
+	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
+	emu := gcstest.Start(t)
+	const after = 2 * time.Minute
+	ep := "http://127.0.0.1:1/storage/v1/"
+	_, err, took := checkErr(t, emu, func(c *gcsbackend.Config) { c.Endpoint, c.UnavailableAfter = ep, after })
+	t.Logf("%s: %v after %v", ep, err, took)
+	if !errors.Is(err, gcsbackend.ErrBucketUnusable) || !strings.Contains(err.Error(), "nothing listens at endpoint "+ep) ||
+		!strings.Contains(err.Error(), "check the address") {
+		t.Errorf("%s: %v; want ErrBucketUnusable saying nothing listens there", ep, err)
+	}
+	if took > after/2 {
+		t.Errorf("%s: refused after %v, want at once (UnavailableAfter is %v)", ep, took, after)
+	}
+}
+
 // An endpoint that refuses connections, and one that never answers, are
-// refused after UnavailableAfter, with a message naming the endpoint and
-// saying to check the address. The bound is generous: only a check that
-// hangs fails it.
+// refused after UnavailableAfter at the latest, with a message naming the
+// endpoint and saying to check the address. The bound is generous: only a
+// check that hangs fails it.
 func TestCheckUnreachable(t *testing.T) {
 	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)

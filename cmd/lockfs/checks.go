@@ -175,6 +175,10 @@ func nonEmptyNote(mountpoint string) string {
 	if n > len(names) {
 		list += ", ..."
 	}
+	if n == 1 {
+		return fmt.Sprintf("MOUNTPOINT is not empty: the mount hides its 1 entry (%s) until it is unmounted; "+
+			"it is not deleted, but nothing can reach it through %s meanwhile", list, mountpoint)
+	}
 	return fmt.Sprintf("MOUNTPOINT is not empty: the mount hides its %d entries (%s) until it is unmounted; "+
 		"they are not deleted, but nothing can reach them through %s meanwhile", n, list, mountpoint)
 }

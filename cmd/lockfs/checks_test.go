@@ -34,7 +34,13 @@ func TestNonEmptyNote(t *testing.T) {
 	if note := nonEmptyNote(dir); note != "" {
 		t.Fatalf("empty directory: %q", note)
 	}
-	for _, n := range []string{"b", "a", "c", "d", "e", "f", "g"} {
+	if err := os.WriteFile(filepath.Join(dir, "b"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if note := nonEmptyNote(dir); !strings.Contains(note, "its 1 entry (b)") || !strings.Contains(note, "it is not deleted") {
+		t.Errorf("one entry: %q", note)
+	}
+	for _, n := range []string{"a", "c", "d", "e", "f", "g"} {
 		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}

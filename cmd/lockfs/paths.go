@@ -46,13 +46,13 @@ func checkPaths(src, mountpoint string, allowRemote bool, log logrus.FieldLogger
 	if in, err := insideDir(mnt, src); err != nil {
 		return mountPaths{}, err
 	} else if in {
-		return mountPaths{}, fmt.Errorf("MOUNTPOINT %s is inside SOURCE %s (or is it, or is inside it through a bind mount): "+
+		return mountPaths{}, fmt.Errorf("MOUNTPOINT %s is inside SOURCE %s, or is SOURCE itself (compared by device and inode, so through a bind mount too): "+
 			"the mount would contain itself; choose a mountpoint outside SOURCE", mnt, src)
 	}
 	if in, err := insideDir(src, mnt); err != nil {
 		return mountPaths{}, err
 	} else if in {
-		return mountPaths{}, fmt.Errorf("SOURCE %s is inside MOUNTPOINT %s (or is inside it through a bind mount): "+
+		return mountPaths{}, fmt.Errorf("SOURCE %s is inside MOUNTPOINT %s (compared by device and inode, so through a bind mount too): "+
 			"the mount would hide its own source; choose a mountpoint outside SOURCE", src, mnt)
 	}
 	name, err := localbackend.ForeignFilesystem(src)
