@@ -55,6 +55,9 @@ type Backend struct {
 	// without reading the hierarchy: the broken design the model-checked
 	// history must catch.
 	noVerify bool
+	// listLegacyLong is a test hook: every exclusive directory claim also
+	// lists all of PREFIX/locks-long/, as the layout before longBase did.
+	listLegacyLong bool
 
 	// closeCtx is cancelled when Close begins: it ends waits and the
 	// background loops.

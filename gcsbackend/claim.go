@@ -148,17 +148,34 @@ func (b *Backend) scanFor(ctx context.Context, id lockmgr.LockID, name string, m
 			go readObj(obj, exclusiveOnly, false)
 		}
 		if id.Kind == lockmgr.KindDir && mode == lockmgr.Exclusive {
-			wg.Add(2)
+			// Everything inside id.Path is in one listing of its
+			// prefix, long-named locks included (longBase), unless the
+			// path is so long that these are under an ancestor's.
+			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				add(b.listBelow(ctx, dirPrefix(b.cfg.Prefix, id.Path), name, nil))
 			}()
-			go func() {
-				defer wg.Done()
-				add(b.listBelow(ctx, b.cfg.Prefix+"locks-long/", name, func(lock string) bool {
-					return inside(id.Path, lock)
-				}))
-			}()
+			if b.listLegacyLong {
+				// The test seam: the listing of every long-named
+				// lock that the layout before longBase needed.
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					add(b.listBelow(ctx, b.cfg.Prefix+"locks-long/", name, func(lock string) bool {
+						return inside(id.Path, lock)
+					}))
+				}()
+			}
+			if !fitsLongBase(b.cfg.Prefix, id.Path) {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					add(b.listBelow(ctx, longBase(b.cfg.Prefix, id.Path), name, func(lock string) bool {
+						return inside(id.Path, lock)
+					}))
+				}()
+			}
 		}
 	}
 	wg.Wait()

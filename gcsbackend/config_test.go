@@ -72,7 +72,7 @@ func TestObjectNames(t *testing.T) {
 	}
 	long := strings.Repeat("d/", 600) + "e"
 	got, err := gcsbackend.ObjectNameForTest("", lockmgr.LockID{Path: long, Kind: lockmgr.KindDir})
-	if err != nil || !strings.HasPrefix(got, "locks-long/") || len(got) > 1024 {
+	if err != nil || !strings.HasPrefix(got, "locks/d/d/") || !strings.Contains(got, "/~long/") || len(got) > 1024 {
 		t.Errorf("long path: %q, %v", got, err)
 	}
 	if _, err := gcsbackend.ObjectNameForTest("", lockmgr.LockID{Path: "a/../b", Kind: lockmgr.KindDir}); err == nil {

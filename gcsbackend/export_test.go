@@ -40,6 +40,11 @@ func (b *Backend) ReadRecord(ctx context.Context, name string) (gen int64, epoch
 // clock-offset tests must catch.
 func (b *Backend) SetUnsafeWallExpiry(on bool) { b.unsafeWallExpiry = on }
 
+// SetListLegacyLong adds to every exclusive directory claim the listing of
+// all of PREFIX/locks-long/ that the layout before longBase made: the
+// control of the test that a claim's cost does not grow with the bucket.
+func (b *Backend) SetListLegacyLong(on bool) { b.listLegacyLong = on }
+
 // SetNoVerify turns off the hierarchy checks of claims (the scan before
 // the write and the verify after it): the broken design the model-checked
 // history must catch.

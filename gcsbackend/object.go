@@ -24,7 +24,12 @@ import (
 // Path elements keep the bytes [A-Za-z0-9._-]; every other byte is written
 // as ~XX (hex), so names are valid UTF-8 and free of the characters GCS
 // advises against. A name longer than GCS's 1024 bytes becomes
-// PREFIX/locks-long/SHA256(lock)/CONTROL.
+// PREFIX/locks/a/b/~long/SHA256(lock)/CONTROL, under the deepest of the
+// lock's directory and its ancestors whose prefix leaves room for the rest
+// (longBase): still inside every directory listing that must see it, so
+// that no claim lists more than the locks below the directory it claims.
+// ("~long" cannot be an escaped element: ~ is always followed by two
+// upper-case hex digits there.)
 //
 // An object holds one JSON record (see record) and, in its custom
 // metadata, a summary of the claims. Lock objects are never deleted: the
@@ -307,7 +312,48 @@ func objectName(prefix string, id lockmgr.LockID) (string, error) {
 		return sb.String(), nil
 	}
 	sum := sha256.Sum256([]byte(id.String()))
-	return prefix + "locks-long/" + hex.EncodeToString(sum[:]) + "/" + lockmgr.ControlName(id.Kind), nil
+	return longBase(prefix, id.Path) + hex.EncodeToString(sum[:]) + "/" + lockmgr.ControlName(id.Kind), nil
+}
+
+// longElem is the element under which long-named lock objects live, and
+// longRoom what such a name adds to its directory's prefix: the element,
+// a SHA-256 in hex and the longest control name, with their slashes.
+const (
+	longElem = "~long"
+	longRoom = len(longElem) + 1 + sha256.Size*2 + 1 + len(".lock_newdir")
+)
+
+// longBase returns the prefix of the long-named lock objects of directory
+// p: dirPrefix of the deepest of p and its ancestors that leaves longRoom
+// bytes within maxObjectName (the root's, if none does), then longElem.
+// Every long-named lock in a directory D whose prefix leaves that room is
+// thus listed with D's prefix; those of a directory that does not are all
+// under longBase of D, with the long-named locks of D's deepest such
+// ancestor only.
+func longBase(prefix, p string) string {
+	var sb, el strings.Builder
+	sb.WriteString(prefix)
+	sb.WriteString("locks/")
+	if p != "." {
+		for _, e := range strings.Split(p, "/") {
+			el.Reset()
+			escapeElement(&el, e)
+			if sb.Len()+el.Len()+1+longRoom > maxObjectName {
+				break
+			}
+			sb.WriteString(el.String())
+			sb.WriteByte('/')
+		}
+	}
+	sb.WriteString(longElem)
+	sb.WriteByte('/')
+	return sb.String()
+}
+
+// fitsLongBase reports whether the long-named locks inside directory p are
+// all under dirPrefix(prefix, p): whether p's prefix leaves longRoom.
+func fitsLongBase(prefix, p string) bool {
+	return len(dirPrefix(prefix, p))+longRoom <= maxObjectName
 }
 
 // escapeElement writes one path element, escaping every byte outside

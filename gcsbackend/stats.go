@@ -11,9 +11,9 @@ type Stats struct {
 	// Writes is the number of conditional uploads sent; WritesOK of them
 	// succeeded.
 	Writes, WritesOK uint64
-	// Lists counts listings (of the locks below a directory, of the wants
-	// addressed to this session); Deletes the deletes of session and want
-	// objects.
+	// Lists counts listing requests (of the locks below a directory, of
+	// the wants addressed to this session), one per page of up to 1,000
+	// objects; Deletes the deletes of session and want objects.
 	Lists, Deletes uint64
 	// PreconditionFailed counts 412 answers: another host wrote first.
 	PreconditionFailed uint64

@@ -144,25 +144,33 @@ type listed struct {
 	meta map[string]string
 }
 
+// listPage is the number of objects a listing asks for per request (GCS's
+// maximum).
+const listPage = 1000
+
 // list returns every object whose name starts with prefix, with its
-// generation and metadata, in as many requests as pages.
+// generation and metadata, in as many requests as pages; each page counts
+// as one listing in Stats.
 func (b *Backend) list(ctx context.Context, prefix string) ([]listed, outcome, error) {
 	q := &storage.Query{Prefix: prefix}
 	if err := q.SetAttrSelection([]string{"Name", "Generation", "Metadata"}); err != nil {
 		return nil, outcomePermanent, err
 	}
-	b.stats.lists.Add(1) // one request per page of 1000; the listings here are short
-	it := b.bucket.Objects(ctx, q)
+	pager := iterator.NewPager(b.bucket.Objects(ctx, q), listPage, "")
 	var out []listed
 	for {
-		a, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return out, outcomeOK, nil
-		}
+		var page []*storage.ObjectAttrs
+		b.stats.lists.Add(1)
+		next, err := pager.NextPage(&page)
 		if err != nil {
 			return nil, b.classify(ctx, err), err
 		}
-		out = append(out, listed{name: a.Name, gen: a.Generation, meta: a.Metadata})
+		for _, a := range page {
+			out = append(out, listed{name: a.Name, gen: a.Generation, meta: a.Metadata})
+		}
+		if next == "" {
+			return out, outcomeOK, nil
+		}
 	}
 }
 
