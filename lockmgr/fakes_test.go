@@ -109,7 +109,7 @@ func (t *fakeTree) WaitExit(ctx context.Context, p ProcID) error {
 	}
 }
 
-func (t *fakeTree) Descriptors(inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
+func (t *fakeTree) Descriptors(ctx context.Context, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.scans++

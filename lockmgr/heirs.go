@@ -1,7 +1,9 @@
 package lockmgr
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 )
 
@@ -18,7 +20,9 @@ import (
 //   - a group is ruled out if it holds a process that is known to hold
 //     (or wait for) the same lock through another open file description,
 //     and that holds no other group: that group is the other description;
-//   - if exactly one group remains, its processes are the hold's heirs:
+//   - if exactly one group remains (groups held by the same processes
+//     count as one: whichever is the hold's, those processes hold it),
+//     its processes are the hold's heirs:
 //     the hold belongs to them, and they and their descendants run under
 //     it. If none or several remain, nobody is named: the hold belongs to
 //     nobody, so it still excludes every other process until its last
@@ -291,8 +295,9 @@ func (e *Engine) findHeirsLocked(holds []*hold) {
 		}
 	}
 	e.mu.Unlock()
-	found, err := scanDescriptors(e.watcher, inos, func(ino uint64, pid int) bool { return known[ino][pid] })
-	if err != nil {
+	// The scan ends when the engine closes: Close does not wait for it.
+	found, err := scanDescriptors(e.ctx, e.watcher, inos, func(ino uint64, pid int) bool { return known[ino][pid] })
+	if err != nil && e.ctx.Err() == nil {
 		e.log.WithError(err).Warn("cannot tell who holds a lock's descriptor: nobody inherits it")
 	}
 	e.mu.Lock()
@@ -316,8 +321,8 @@ func (e *Engine) findHeirsLocked(holds []*hold) {
 // scanDescriptors is how findHeirsLocked asks the watcher: one call for
 // every inode. A variable only so that a test's control can scan once per
 // control file, as before.
-var scanDescriptors = func(w ProcessWatcher, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
-	return w.Descriptors(inos, known)
+var scanDescriptors = func(ctx context.Context, w ProcessWatcher, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
+	return w.Descriptors(ctx, inos, known)
 }
 
 // heirRescans are the delays of the scans that follow one that found
@@ -445,8 +450,8 @@ func (idx othersIndex) of(e *Engine, ls *lockState) map[uint64][]party {
 
 // pickHeirsLocked chooses h's open file description among the groups of
 // descriptors of its control file (see the rules at the top of the file).
-// candidates is the number of groups that were not ruled out: heirs are
-// named only if it is 1.
+// candidates is the number of groups that were not ruled out, groups held
+// by the same processes counted once: heirs are named only if it is 1.
 func (e *Engine) pickHeirsLocked(h *hold, groups [][]ProcID, idx othersIndex) (heirs []ProcID, candidates int) {
 	ls := e.locks[h.id]
 	if ls == nil || len(groups) == 0 {
@@ -469,8 +474,12 @@ func (e *Engine) pickHeirsLocked(h *hold, groups [][]ProcID, idx othersIndex) (h
 				break
 			}
 		}
-		if !ruledOut {
-			pick = g
+		switch {
+		case ruledOut:
+		case n == 0:
+			pick, n = slices.Clone(g), 1
+			slices.SortFunc(pick, compareProcs)
+		case !sameProcs(pick, g):
 			n++
 		}
 	}
@@ -478,4 +487,26 @@ func (e *Engine) pickHeirsLocked(h *hold, groups [][]ProcID, idx othersIndex) (h
 		return nil, n
 	}
 	return pick, n
+}
+
+// sameProcs reports whether g holds exactly the processes of sorted, a
+// sorted list: then the two descriptions have the same holders, and it
+// does not matter which of them is the hold's (a process that opened the
+// control file many times and outlived its parent, who took the lock
+// through one of them).
+func sameProcs(sorted, g []ProcID) bool {
+	if len(g) != len(sorted) {
+		return false
+	}
+	g = slices.Clone(g)
+	slices.SortFunc(g, compareProcs)
+	return slices.Equal(sorted, g)
+}
+
+// compareProcs orders processes by pid, then start time.
+func compareProcs(a, b ProcID) int {
+	if c := cmp.Compare(a.PID, b.PID); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Start, b.Start)
 }

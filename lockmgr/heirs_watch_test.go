@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -254,14 +255,151 @@ func TestExitOfManyHoldsScansOnce(t *testing.T) {
 
 // scanEach asks w about one inode at a time, as findHeirsLocked did before
 // one scan served them all.
-func scanEach(w ProcessWatcher, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
+func scanEach(ctx context.Context, w ProcessWatcher, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
 	found := map[uint64][][]ProcID{}
 	for _, ino := range inos {
-		one, err := w.Descriptors([]uint64{ino}, known)
+		one, err := w.Descriptors(ctx, []uint64{ino}, known)
 		if err != nil {
 			return found, err
 		}
 		found[ino] = one[ino]
 	}
 	return found, nil
+}
+
+// blockingScanTree is a fakeTree whose scans of descriptors block until
+// their context ends or release is closed: a long /proc scan.
+type blockingScanTree struct {
+	*fakeTree
+	started chan struct{} // closed when the first scan starts
+	release chan struct{} // closing it lets every scan finish
+	once    sync.Once
+}
+
+func (b *blockingScanTree) Descriptors(ctx context.Context, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
+	b.once.Do(func() { close(b.started) })
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-b.release:
+	}
+	return b.fakeTree.Descriptors(ctx, inos, known)
+}
+
+// TestCloseStopsScanForHeirs: Close does not wait for a scan for heirs
+// that is under way (a holder died with 10,000 descriptors of its
+// control file open: the scan took minutes, and `lockfs unmount` left the
+// daemon running meanwhile); it cancels it. Control: a scan that does not
+// get the engine's context (as before) holds Close until it ends.
+func TestCloseStopsScanForHeirs(t *testing.T) {
+	for _, control := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cancelled", true: "control-uncancelled"}[control], func(t *testing.T) {
+			if control {
+				saved := scanDescriptors
+				scanDescriptors = func(_ context.Context, w ProcessWatcher, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
+					return w.Descriptors(context.Background(), inos, known)
+				}
+				defer func() { scanDescriptors = saved }()
+			}
+			tree := &blockingScanTree{fakeTree: newFakeTree(), started: make(chan struct{}), release: make(chan struct{})}
+			tree.add(50, 1)
+			tree.add(100, 50)
+			const ino = 7
+			d := fakeDesc{ino: ino, id: 1}
+			tree.open(50, d)
+			tree.open(100, d)
+			e, err := New(Config{Backend: &memBackend{host: newMemHost()}, Processes: tree})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Acquire(context.Background(), Request{Lock: LockID{Path: "d", Kind: KindDir}, Mode: Exclusive, Owner: Owner{OwnerFile, 1}, TID: 100, Ino: ino}); err != nil {
+				t.Fatal(err)
+			}
+			tree.exit(100)
+			select {
+			case <-tree.started:
+			case <-time.After(testutil.DefaultWait):
+				t.Fatal("no scan for heirs after the holder exited")
+			}
+			closed := make(chan error, 1)
+			go func() { closed <- e.Close() }()
+			if control {
+				select {
+				case err := <-closed:
+					t.Fatalf("control: Close returned (%v) while the uncancelled scan ran: the test cannot tell", err)
+				case <-time.After(300 * time.Millisecond):
+				}
+				close(tree.release)
+			}
+			select {
+			case err := <-closed:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(testutil.DefaultWait):
+				close(tree.release)
+				<-closed
+				t.Fatal("Close waited for the scan for heirs")
+			}
+		})
+	}
+}
+
+// TestHeirOfManyDescriptions: the holder 100 opened its control file five
+// times and took the lock through one description; its child 150 holds
+// all five when 100 exits. Whichever description is the hold's, 150 holds
+// it: 150 is the heir. Before, five candidate descriptions named nobody,
+// and the lock stayed nobody's until the last descriptor closed. Control:
+// when another process (160) shares one of them, the candidates differ
+// and nobody is named.
+func TestHeirOfManyDescriptions(t *testing.T) {
+	for _, other := range []bool{false, true} {
+		t.Run(map[bool]string{false: "same-holders", true: "control-different-holders"}[other], func(t *testing.T) {
+			tree := newFakeTree()
+			tree.add(50, 1)
+			tree.add(100, 50)
+			tree.add(150, 100)
+			tree.add(160, 50)
+			const ino = 9
+			for id := uint64(1); id <= 5; id++ {
+				tree.open(100, fakeDesc{ino: ino, id: id})
+				tree.open(150, fakeDesc{ino: ino, id: id})
+			}
+			if other {
+				tree.open(160, fakeDesc{ino: ino, id: 5})
+			}
+			e, err := New(Config{Backend: &memBackend{host: newMemHost()}, Processes: tree})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			id := LockID{Path: "d", Kind: KindDir}
+			if _, err := e.Acquire(context.Background(), Request{Lock: id, Mode: Exclusive, Owner: Owner{OwnerFile, 1}, TID: 100, Ino: ino}); err != nil {
+				t.Fatal(err)
+			}
+			tree.exit(100)
+			holder := func() int {
+				st := e.Status(id)
+				if len(st.Holders) != 1 {
+					return -1
+				}
+				return st.Holders[0].Process.PID
+			}
+			if !other {
+				testutil.Eventually(t, "the child to inherit the hold", func() bool { return holder() == 150 })
+				return
+			}
+			testutil.Eventually(t, "the exit to be handled", func() bool {
+				tree.mu.Lock()
+				scans := tree.scans
+				tree.mu.Unlock()
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				return scans > 0 && e.exitWork == 0
+			})
+			if h := holder(); h == 150 || h == 160 {
+				t.Errorf("holder %d, want nobody named while two sets of processes hold descriptions", h)
+			}
+		})
+	}
 }

@@ -2,9 +2,11 @@ package lockmgr
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,10 +31,17 @@ import (
 // Descriptors scans /proc/*/fd for descriptors of a file (by inode number,
 // as /proc/PID/fdinfo shows it), and groups them by open file description
 // with kcmp(2) (KCMP_FILE): two descriptors in the same group share one
-// description, so they hold the same flock. Reading another process's
-// descriptors needs ptrace access to it (root, or the same user): a
-// process that cannot be read is left out, and with it its claim to the
-// lock (the safe side: it is not exempt from the lock it may hold).
+// description, so they hold the same flock. kcmp orders descriptions (it
+// answers equal, less or greater, comparing the kernel's pointers), so the
+// descriptors are sorted with it and each run of equal ones is a group:
+// O(n log n) calls for n descriptors, where comparing each with every
+// group found so far took O(n²) (a holder that died with 10,000
+// descriptions of its control file open kept the daemon busy for minutes,
+// and Close waited for it). The scan stops when its context ends.
+// Reading another process's descriptors needs ptrace access to it (root,
+// or the same user): a process that cannot be read is left out, and with
+// it its claim to the lock (the safe side: it is not exempt from the lock
+// it may hold).
 
 // ProcessWatcher is implemented by process trees that can tell the engine
 // when a process exits and who holds a descriptor (ProcTree does). With a
@@ -48,8 +57,9 @@ type ProcessWatcher interface {
 	// group per open file description. A process for which known(ino,
 	// pid) returns true, and that holds exactly one descriptor of that
 	// file, is known to hold a description of its own: it may be reported
-	// as a group of its own without comparing descriptors.
-	Descriptors(inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error)
+	// as a group of its own without comparing descriptors. It stops early
+	// with ctx.Err() when ctx ends.
+	Descriptors(ctx context.Context, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error)
 }
 
 var _ ProcessWatcher = (*ProcTree)(nil)
@@ -113,11 +123,10 @@ func (t *ProcTree) pollExit(ctx context.Context, p ProcID) error {
 
 // Descriptors implements ProcessWatcher: one pass over /proc for all the
 // inodes, so that the exit of a process that held thousands of locks
-// costs one scan, not one per lock. Comparing descriptors costs a kcmp
-// per candidate and group, so the candidates known to hold a description
-// of their own (a waiter's) are set apart first: with many waiters the
-// scan stays linear.
-func (t *ProcTree) Descriptors(inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
+// costs one scan, not one per lock. The candidates known to hold a
+// description of their own (a waiter's) are set apart without a kcmp; the
+// others are sorted by description (groupDescriptors).
+func (t *ProcTree) Descriptors(ctx context.Context, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
 	want := make(map[string]uint64, len(inos))
 	for _, ino := range inos {
 		if ino != 0 {
@@ -136,6 +145,9 @@ func (t *ProcTree) Descriptors(inos []uint64, known func(ino uint64, pid int) bo
 	cands := map[uint64][]fdRef{}
 	perPID := map[uint64]map[int]int{}
 	for _, d := range dirs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		pid, err := strconv.Atoi(d.Name())
 		if err != nil || pid == self {
 			continue
@@ -171,7 +183,10 @@ func (t *ProcTree) Descriptors(inos []uint64, known func(ino uint64, pid int) bo
 	for ino, cs := range cands {
 		out[ino] = groupDescriptors(cs, func(pid int) bool {
 			return known != nil && perPID[ino][pid] == 1 && known(ino, pid)
-		})
+		}, kcmpFiles(ctx))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -184,38 +199,66 @@ type fdRef struct {
 
 // groupDescriptors groups the descriptors of one file by open file
 // description; a process for which alone returns true is a group of its
-// own without comparing.
-func groupDescriptors(cands []fdRef, alone func(pid int) bool) [][]ProcID {
+// own without comparing. cmp orders two descriptors by description (0:
+// the same one); a descriptor it cannot compare even with itself (its
+// process is gone or not ours to read, or it was closed) is a group of its
+// own, as if no other shared its description. The others are sorted with
+// cmp and each run of equal ones is a group. If a comparison fails during
+// the sort (a process exited meanwhile), the failing descriptors are set
+// apart and the rest sorted again, at most sortRetries times; after that
+// the order may be inconsistent, and one description may then show as
+// several groups: more candidates, so no heir is named rather than a
+// wrong one (heirs.go scans again later).
+func groupDescriptors(cands []fdRef, alone func(pid int) bool, cmp func(a, b fdRef) (int, error)) [][]ProcID {
 	var out [][]ProcID
-	var groups [][]fdRef
+	var rest []fdRef
 	for _, c := range cands {
 		if alone(c.p.PID) {
 			out = append(out, []ProcID{c.p})
-			continue
-		}
-		placed := false
-		for i, g := range groups {
-			if sameFile(g[0].p.PID, g[0].fd, c.p.PID, c.fd) {
-				groups[i] = append(g, c)
-				placed = true
-				break
-			}
-		}
-		if !placed {
-			groups = append(groups, []fdRef{c})
+		} else {
+			rest = append(rest, c)
 		}
 	}
-	for _, g := range groups {
-		var procs []ProcID
-		for _, r := range g {
-			if len(procs) == 0 || procs[len(procs)-1] != r.p {
-				procs = append(procs, r.p)
+	for try := 0; ; try++ {
+		var ok []fdRef
+		for _, c := range rest {
+			if _, err := cmp(c, c); err != nil {
+				out = append(out, []ProcID{c.p})
+			} else {
+				ok = append(ok, c)
+			}
+		}
+		rest = ok
+		failed := false
+		slices.SortFunc(rest, func(a, b fdRef) int {
+			r, err := cmp(a, b)
+			failed = failed || err != nil
+			return r
+		})
+		if !failed || try == sortRetries {
+			break
+		}
+	}
+	for i := 0; i < len(rest); {
+		procs := []ProcID{rest[i].p}
+		j := i + 1
+		for ; j < len(rest); j++ {
+			if r, err := cmp(rest[i], rest[j]); err != nil || r != 0 {
+				break
+			}
+			if procs[len(procs)-1] != rest[j].p {
+				procs = append(procs, rest[j].p)
 			}
 		}
 		out = append(out, procs)
+		i = j
 	}
 	return out
 }
+
+// sortRetries bounds how often groupDescriptors sorts again after a
+// comparison failed.
+const sortRetries = 2
 
 // fdInode returns the inode that ROOT/PID/fdinfo/FD names if it is one of
 // want (inode numbers by their decimal text). The link is read first: it
@@ -246,13 +289,29 @@ func (t *ProcTree) fdInode(pid, fd string, want map[string]uint64) (uint64, bool
 // kcmpFile is KCMP_FILE of kcmp(2).
 const kcmpFile = 0
 
-// sameFile reports whether descriptor fd1 of pid1 and fd2 of pid2 are one
-// open file description. An error (no ptrace access, no kcmp) counts as
-// "not the same".
-func sameFile(pid1, fd1, pid2, fd2 int) bool {
-	if pid1 == pid2 && fd1 == fd2 {
-		return true
+// errUnordered reports a kcmp answer of 3: not equal, order unknown.
+var errUnordered = errors.New("kcmp: descriptions differ but are not ordered")
+
+// kcmpFiles returns groupDescriptors's comparison by kcmp(2): -1, 0 or 1
+// as a's open file description is less than, the same as or greater than
+// b's in the kernel's order. It fails (without a system call) once ctx
+// has ended, so that a long sort ends quickly.
+func kcmpFiles(ctx context.Context) func(a, b fdRef) (int, error) {
+	return func(a, b fdRef) (int, error) {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		r, _, errno := unix.Syscall6(unix.SYS_KCMP, uintptr(a.p.PID), uintptr(b.p.PID), kcmpFile, uintptr(a.fd), uintptr(b.fd), 0)
+		switch {
+		case errno != 0:
+			return 0, errno
+		case r == 0:
+			return 0, nil
+		case r == 1:
+			return -1, nil
+		case r == 2:
+			return 1, nil
+		}
+		return 0, errUnordered
 	}
-	r, _, errno := unix.Syscall6(unix.SYS_KCMP, uintptr(pid1), uintptr(pid2), kcmpFile, uintptr(fd1), uintptr(fd2), 0)
-	return errno == 0 && r == 0
 }

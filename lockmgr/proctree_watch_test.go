@@ -1,6 +1,7 @@
 package lockmgr
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"os"
@@ -123,7 +124,7 @@ func TestDescriptors(t *testing.T) {
 	own.Close()
 
 	// Control in the same scan: another inode has no holders.
-	found, err := tree.Descriptors([]uint64{st.Ino, st.Ino + 1}, nil)
+	found, err := tree.Descriptors(context.Background(), []uint64{st.Ino, st.Ino + 1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,4 +147,120 @@ func TestDescriptors(t *testing.T) {
 	if g := found[st.Ino+1]; len(g) != 0 {
 		t.Fatalf("another inode: %v", g)
 	}
+}
+
+// TestGroupDescriptorsSortsByDescription: a process that outlived the
+// holder keeps 10,000 descriptors of a control file, each its own open
+// file description (fd numbers stand for descriptions here, as after a
+// fork), and its child shares one of them. The groups are found with
+// O(n log n) comparisons. Control: the grouping before (each descriptor
+// compared with every group found so far) needs about n²/2 on the same
+// descriptors and finds the same groups. A descriptor that cannot be
+// compared (its process gone) is a group of its own.
+func TestGroupDescriptorsSortsByDescription(t *testing.T) {
+	const n = 10_000
+	heir, child := ProcID{PID: 100, Start: 1}, ProcID{PID: 200, Start: 1}
+	var cands []fdRef
+	for fd := 3; fd < 3+n; fd++ {
+		cands = append(cands, fdRef{p: heir, fd: fd})
+	}
+	cands = append(cands, fdRef{p: child, fd: 3})
+	// Shuffled, so that neither order of the scan favours one grouping.
+	for i := range cands {
+		j := (i*7919 + 13) % len(cands)
+		cands[i], cands[j] = cands[j], cands[i]
+	}
+	calls := 0
+	byFD := func(a, b fdRef) (int, error) {
+		calls++
+		return cmp.Compare(a.fd, b.fd), nil
+	}
+	never := func(int) bool { return false }
+
+	got := groupDescriptors(slices.Clone(cands), never, byFD)
+	sorted := calls
+	logN := 0
+	for m := len(cands); m > 1; m >>= 1 {
+		logN++
+	}
+	bound := 2*len(cands)*(logN+1) + 2*len(cands)
+	if sorted > bound {
+		t.Errorf("%d comparisons for %d descriptors, want at most %d (O(n log n))", sorted, len(cands), bound)
+	}
+	calls = 0
+	old := groupPairwise(slices.Clone(cands), never, func(a, b fdRef) bool { r, _ := byFD(a, b); return r == 0 })
+	t.Logf("comparisons: sorted %d, pairwise (before) %d", sorted, calls)
+	if calls <= bound {
+		t.Errorf("control: the pairwise grouping made %d comparisons, within the bound %d: the test cannot tell", calls, bound)
+	}
+	if a, b := canonGroups(got), canonGroups(old); !slices.EqualFunc(a, b, slices.Equal) {
+		t.Fatalf("groups differ from the pairwise grouping's: %d vs %d groups", len(a), len(b))
+	}
+	if len(got) != n {
+		t.Fatalf("%d groups, want %d", len(got), n)
+	}
+
+	// A descriptor whose process is gone cannot be compared: a group of
+	// its own; the others are grouped as before.
+	gone := ProcID{PID: 300, Start: 1}
+	failing := func(a, b fdRef) (int, error) {
+		if a.p == gone || b.p == gone {
+			return 0, unix.ESRCH
+		}
+		return cmp.Compare(a.fd, b.fd), nil
+	}
+	mixed := []fdRef{{heir, 3}, {gone, 3}, {child, 3}, {heir, 4}}
+	want := [][]int{{100}, {100, 200}, {300}}
+	if g := canonGroups(groupDescriptors(mixed, never, failing)); !slices.EqualFunc(g, want, slices.Equal) {
+		t.Errorf("groups with a process gone: %v, want %v", g, want)
+	}
+}
+
+// groupPairwise is the grouping before sorting, kept for the control:
+// each descriptor compared with the first of every group found so far.
+func groupPairwise(cands []fdRef, alone func(pid int) bool, same func(a, b fdRef) bool) [][]ProcID {
+	var out [][]ProcID
+	var groups [][]fdRef
+	for _, c := range cands {
+		if alone(c.p.PID) {
+			out = append(out, []ProcID{c.p})
+			continue
+		}
+		placed := false
+		for i, g := range groups {
+			if same(g[0], c) {
+				groups[i] = append(g, c)
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			groups = append(groups, []fdRef{c})
+		}
+	}
+	for _, g := range groups {
+		var procs []ProcID
+		for _, r := range g {
+			if !slices.Contains(procs, r.p) {
+				procs = append(procs, r.p)
+			}
+		}
+		out = append(out, procs)
+	}
+	return out
+}
+
+// canonGroups returns groups as sorted pid lists, sorted.
+func canonGroups(groups [][]ProcID) [][]int {
+	var out [][]int
+	for _, g := range groups {
+		var pids []int
+		for _, p := range g {
+			pids = append(pids, p.PID)
+		}
+		slices.Sort(pids)
+		out = append(out, pids)
+	}
+	slices.SortFunc(out, slices.Compare)
+	return out
 }
