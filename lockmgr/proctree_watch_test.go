@@ -128,20 +128,11 @@ func TestDescriptors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups := found[st.Ino]
-	var got [][]int
-	for _, g := range groups {
-		var pids []int
-		for _, p := range g {
-			pids = append(pids, p.PID)
-		}
-		slices.Sort(pids)
-		got = append(got, pids)
-	}
-	slices.SortFunc(got, func(a, b []int) int { return len(b) - len(a) })
-	want := [][]int{{c1.Process.Pid, c2.Process.Pid}, {c3.Process.Pid}}
-	slices.Sort(want[0])
-	if len(got) != 2 || !slices.Equal(got[0], want[0]) || !slices.Equal(got[1], want[1]) {
+	got := canonGroups(found[st.Ino])
+	pair := []int{c1.Process.Pid, c2.Process.Pid}
+	slices.Sort(pair)
+	want := canonGroups([][]ProcID{{{PID: pair[0]}, {PID: pair[1]}}, {{PID: c3.Process.Pid}}})
+	if !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("groups %v, want %v", got, want)
 	}
 	if g := found[st.Ino+1]; len(g) != 0 {
