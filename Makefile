@@ -4,6 +4,14 @@
 # as root on Debian/Ubuntu (see scripts/deps.sh).
 
 GO      ?= go
+# Go is expected on PATH or in /usr/local/go/bin (where the go.dev tarball
+# unpacks); the gocheck target says so before anything is installed.
+ifeq ($(shell command -v $(GO) 2>/dev/null),)
+ifneq ($(wildcard /usr/local/go/bin/go),)
+export PATH := /usr/local/go/bin:$(PATH)
+endif
+endif
+GOVERSION := $(shell sed -n 's/^go //p' go.mod)
 BIN     := bin/lockfs
 # The version is semantic, from the nearest git tag (v1.2.3, or
 # v1.2.3-4-gHASH four commits after it); with no tag in the history it is
@@ -18,11 +26,18 @@ TAGS    := disable_grpc_modules
 # The full kill-during-wait storm (`make storm`); `make test` runs 300 trials.
 STORM_TRIALS ?= 10000
 
-.PHONY: all build man unit install uninstall dist test bench bench-smoke run run-multihost vet fmt-check storm deps clean
+.PHONY: all gocheck build man unit install uninstall dist test bench bench-smoke run run-multihost vet fmt-check storm deps deps-run deps-multihost clean
 
 all: build
 
-build:
+# Go first: before installing packages, say where Go is expected.
+gocheck:
+	@command -v $(GO) >/dev/null 2>&1 || { \
+		echo "lockfs: Go $(GOVERSION) or later is needed, and '$(GO)' is neither on PATH nor in /usr/local/go/bin."; \
+		echo "  Install it from https://go.dev/dl/ into /usr/local/go (tar -C /usr/local -xzf go$(GOVERSION).linux-$$(dpkg --print-architecture 2>/dev/null || echo amd64).tar.gz),"; \
+		echo "  or name it: make GO=/path/to/go/bin/go ..."; exit 1; } >&2
+
+build: gocheck
 	$(GO) build -tags $(TAGS) -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/lockfs
 
 # Man pages, one per command, generated from the command tree into
@@ -33,10 +48,19 @@ man: build
 	rm -rf $(MANBUILD)
 	$(BIN) gen-man $(MANBUILD)
 
-# Prerequisites: fuse3 (fusermount3), util-linux (flock, setpriv), python3,
-# sqlite3, stress-ng. Installs what is missing when root with apt-get.
-deps:
-	@scripts/deps.sh
+# Prerequisites, installed when missing (as root, with apt-get), for what
+# each target needs and no more: the tests' tools (deps: fuse3, util-linux,
+# python3, sqlite3, stress-ng, rsync, gcc, promtool), the demo's (deps-run:
+# fuse3 and util-linux only). Nothing installed is left enabled or running
+# (scripts/deps.sh).
+deps: gocheck
+	@scripts/deps.sh test
+
+deps-run: gocheck
+	@scripts/deps.sh run
+
+deps-multihost: gocheck
+	@scripts/deps.sh multihost
 
 fmt-check:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then \
@@ -48,19 +72,19 @@ fmt-check:
 FORK    := third_party/bazil.org/fuse
 GCSEMU  := third_party/github.com/fullstorydev/emulators/storage
 
-vet:
+vet: gocheck
 	$(GO) vet -tags $(TAGS) ./...
 	cd $(FORK) && $(GO) vet ./...
 	cd $(GCSEMU) && $(GO) vet ./...
 
-test: deps fmt-check vet
+test: gocheck deps fmt-check vet
 	cd $(FORK) && $(GO) test -race -count=1 -timeout 10m ./...
 	cd $(GCSEMU) && $(GO) test -race -count=1 -timeout 10m ./...
 	$(GO) test -tags $(TAGS) -race -count=1 -timeout 40m ./...
 
 # The performance table (docs/BENCHMARKS.md): lockfs side by side with its
 # references in one run, about 5-8 minutes; writes bench/results.json.
-bench: deps
+bench: deps-run
 	$(GO) run -tags $(TAGS) ./bench/cmd/lockfs-bench -out bench/results.json
 
 # The harness at tiny sizes; `make test` runs it too (bench.TestSmoke).
@@ -74,13 +98,13 @@ storm: deps
 		-run 'TestKillDuringWaitStorm' ./integration/
 
 # Mount demo/source at demo/mnt in the foreground; Ctrl-C unmounts.
-run: deps build
+run: deps-run build
 	@scripts/run-demo.sh $(BIN)
 
 # Two "hosts" on this machine sharing locks through a GCS emulator: builds
 # bin/lockfs and bin/fake-gcs-server, mounts demo/hostA/mnt and
 # demo/hostB/mnt with --backend gcs; Ctrl-C unmounts both, stops the emulator.
-run-multihost: deps
+run-multihost: deps-multihost
 	@GO="$(GO)" LDFLAGS="$(LDFLAGS)" TAGS="$(TAGS)" scripts/run-multihost.sh
 
 # Release artefacts in dist/ (gitignored): a static, stripped binary and a
@@ -93,7 +117,7 @@ DIST       := dist
 GOARCH     ?= $(shell $(GO) env GOARCH)
 DEBVERSION := $(shell echo '$(VERSION)' | sed 's/^v//; s/-/+/g')
 
-dist:
+dist: gocheck
 	rm -rf $(DIST)
 	mkdir -p $(DIST)/man $(DIST)/completion
 	CGO_ENABLED=0 $(GO) build -tags $(TAGS) -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(DIST)/lockfs ./cmd/lockfs
@@ -103,6 +127,13 @@ dist:
 	$(DIST)/lockfs completion zsh >$(DIST)/completion/_lockfs
 	$(DIST)/lockfs completion fish >$(DIST)/completion/lockfs.fish
 	sed 's|@BINDIR@|/usr/bin|g' contrib/systemd/lockfs@.service.in >$(DIST)/lockfs@.service
+	scripts/deb-docs.sh $(DIST) '$(DEBVERSION)'
+	@if GOPROXY=off $(GO) list -deps github.com/goreleaser/nfpm/v2/cmd/nfpm >/dev/null 2>&1; then \
+		echo "dist: building the .deb with nfpm (go tool nfpm, pinned in go.mod; built once, then cached)"; \
+	else \
+		echo "dist: downloading and building the packager, nfpm (pinned in go.mod), and its dependencies:" \
+			"the first make dist takes a few minutes, later ones seconds"; \
+	fi
 	VERSION='$(DEBVERSION)' ARCH='$(GOARCH)' $(GO) tool nfpm package --config packaging/nfpm.yaml --packager deb --target $(DIST)/
 	@ls -l $(DIST)/lockfs $(DIST)/*.deb
 
@@ -139,6 +170,7 @@ install: build man unit
 	ln -sf $(PREFIX)/bin/lockfs $(DESTDIR)$(SBINDIR)/mount.fuse.lockfs
 	install -D -m 0644 bin/lockfs@.service $(DESTDIR)$(UNITDIR)/lockfs@.service
 	install -D -m 0644 contrib/logrotate/lockfs $(DESTDIR)$(LOGROTATEDIR)/lockfs
+	install -D -m 0644 LICENSE $(DESTDIR)$(PREFIX)/share/doc/lockfs/LICENSE
 	install -d -m 0755 $(DESTDIR)/etc/lockfs
 	@if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 	@echo "installed $(PREFIX)/bin/lockfs, $(SBINDIR)/mount.fuse.lockfs, $(UNITDIR)/lockfs@.service, man pages and shell completion"
@@ -146,5 +178,6 @@ install: build man unit
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/lockfs $(DESTDIR)$(SBINDIR)/mount.fuse.lockfs $(DESTDIR)$(UNITDIR)/lockfs@.service
 	rm -f $(DESTDIR)$(LOGROTATEDIR)/lockfs
+	rm -rf $(DESTDIR)$(PREFIX)/share/doc/lockfs
 	rm -f $(DESTDIR)$(MANDIR)/man1/lockfs.1 $(DESTDIR)$(MANDIR)/man1/lockfs-*.1
 	rm -f $(DESTDIR)$(COMPDIR_BASH)/lockfs $(DESTDIR)$(COMPDIR_ZSH)/_lockfs $(DESTDIR)$(COMPDIR_FISH)/lockfs.fish

@@ -19,9 +19,13 @@ contents=$(dpkg-deb --contents "$deb")
 for path in ./usr/bin/lockfs ./usr/lib/systemd/system/lockfs@.service ./etc/logrotate.d/lockfs \
 	./usr/share/man/man1/lockfs.1.gz ./usr/share/man/man1/lockfs-mount.1.gz ./usr/share/man/man1/lockfs-doctor.1.gz \
 	./usr/share/bash-completion/completions/lockfs ./usr/share/zsh/vendor-completions/_lockfs \
-	./usr/share/fish/vendor_completions.d/lockfs.fish; do
+	./usr/share/fish/vendor_completions.d/lockfs.fish ./usr/share/doc/lockfs/copyright ./usr/share/doc/lockfs/changelog.gz; do
 	grep -q " $path\$" <<<"$contents" || fail "$path missing from the package"
 done
+! grep -q powershell <<<"$contents" || fail "a powershell completion page in the package (lockfs is Linux only)"
+grep -q '^ Homepage: https://github.com/lockfs/lockfs$' <<<"$info" || fail "Homepage is not the module path of go.mod"
+copyright=$(dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./usr/share/doc/lockfs/copyright)
+grep -q '^License: Apache-2.0$' <<<"$copyright" || fail "the copyright file does not declare Apache-2.0"
 grep -q ' ./usr/sbin/mount.fuse.lockfs -> /usr/bin/lockfs$' <<<"$contents" || fail "mount helper link missing"
 
 root=$(mktemp -d)
