@@ -90,9 +90,14 @@ func TestClaimCostFlatInBucketSize(t *testing.T) {
 		t.Helper()
 		prefix := fmt.Sprintf("test/%s/n%d-%v/", t.Name(), n, legacy)
 		fill(t, emu, prefix, n)
-		b := newBackend(t, emu, func(c *gcsbackend.Config) { c.Prefix = prefix })
+		// The default TTL, for requests of up to 5 s: a page of the
+		// control's listing can take longer than the 1 s that testTTL
+		// gives one under -race on a busy machine.
+		b := newBackend(t, emu, func(c *gcsbackend.Config) {
+			c.Prefix, c.TTL, c.UnavailableAfter = prefix, 30*time.Second, time.Minute
+		})
 		b.SetListLegacyLong(legacy)
-		ctx := ctxT(t, 30*time.Second)
+		ctx := ctxT(t, 2*time.Minute)
 		// The session first, so that only the claim is counted.
 		if _, err := b.Claim(ctx, dirLock("s"), lockmgr.Shared, false); err != nil {
 			t.Fatal(err)
