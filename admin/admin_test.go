@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -77,15 +76,8 @@ func TestStatusShowsWaiterBlockedOutside(t *testing.T) {
 	e, sock, _, src := newServerSrc(t)
 	hold := exec.Command("flock", "-x", filepath.Join(src, "c", "..LOCK"), "-c", "echo locked; exec sleep 60")
 	hold.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	out, err := hold.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hold.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { syscall.Kill(-hold.Process.Pid, syscall.SIGKILL); hold.Wait() }()
-	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "locked\n" {
+	holder := testutil.StartChild(t, hold)
+	if line := holder.Line(time.Minute); line != "locked" {
 		t.Fatalf("flock said %q", line)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -115,7 +107,7 @@ func TestStatusShowsWaiterBlockedOutside(t *testing.T) {
 		t.Fatalf("granted while the backing file is flocked: %v", err)
 	default:
 	}
-	syscall.Kill(-hold.Process.Pid, syscall.SIGKILL)
+	holder.Kill()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

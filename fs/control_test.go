@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -247,45 +246,13 @@ func runExit(t *testing.T, timeout time.Duration, name string, args ...string) (
 	return 0, ""
 }
 
-// startLine starts a command in a process group of its own and waits until
-// it prints the line want on stdout. The group is SIGKILLed in t.Cleanup.
+// startLine starts a command in a session of its own and waits until it
+// prints the line want on stdout. The group is SIGKILLed in t.Cleanup.
 func startLine(t *testing.T, want string, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	seen := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if sc.Text() == want {
-				close(seen)
-				break
-			}
-		}
-		io.Copy(io.Discard, out)
-		cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-exited
-	})
-	select {
-	case <-seen:
-	case <-exited:
-		t.Fatalf("%s %v exited before printing %q", name, args, want)
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s %v did not print %q", name, args, want)
-	}
+	testutil.StartChild(t, cmd).WaitLine(want, 10*time.Second)
 	return cmd
 }
 
@@ -343,10 +310,10 @@ for line in sys.stdin:
 // ctlPy is a running ctlPyScript.
 type ctlPy struct {
 	t     *testing.T
-	cmd   *exec.Cmd
+	child *testutil.Child
 	pid   int
 	in    io.WriteCloser
-	lines chan string
+	lines <-chan string
 }
 
 // python returns the system Python, which every user can run.
@@ -371,33 +338,8 @@ func startPy(t *testing.T, uid, gid uint32) *ctlPy {
 	if uid != 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uid, Gid: gid}
 	}
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &ctlPy{t: t, cmd: cmd, in: in, lines: make(chan string, 16)}
-	exited := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-		cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-exited
-	})
+	c := testutil.StartChild(t, cmd)
+	p := &ctlPy{t: t, child: c, in: c.Stdin, lines: c.Lines}
 	ready := p.reply(10 * time.Second)
 	if _, err := fmt.Sscanf(ready, "ready %d", &p.pid); err != nil {
 		t.Fatalf("python helper: %q", ready)
@@ -448,11 +390,7 @@ func (p *ctlPy) must(want, format string, args ...any) {
 }
 
 // kill SIGKILLs the helper and waits for it to be gone.
-func (p *ctlPy) kill() {
-	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	for range p.lines {
-	}
-}
+func (p *ctlPy) kill() { p.child.Kill() }
 
 func TestControlFilesAppearEverywhere(t *testing.T) {
 	m := newCtlMount(t)

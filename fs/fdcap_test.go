@@ -1,9 +1,7 @@
 package fs
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,32 +38,7 @@ func hog(t *testing.T, uid uint32, path string) string {
 	t.Helper()
 	cmd := exec.Command(python(t), "-c", openUntilFull, path)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uid, Gid: uid}}
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(out).ReadString('\n')
-		line <- strings.TrimSpace(s)
-		io.Copy(io.Discard, out)
-	}()
-	select {
-	case s := <-line:
-		return s
-	case <-time.After(time.Minute):
-		t.Fatal("the descriptor hog did not finish")
-	}
-	return ""
+	return strings.TrimSpace(testutil.StartChild(t, cmd).Line(time.Minute))
 }
 
 // lowNofile lowers this process's soft descriptor limit (the in-process

@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -39,7 +38,7 @@ sys.stdin.readline()
 type cycleProc struct {
 	cmd   *exec.Cmd
 	in    io.WriteCloser
-	lines chan string
+	lines <-chan string
 }
 
 // startRangePair mounts, creates f1 and f2, and starts p1, a pyCycle
@@ -75,31 +74,8 @@ func startCycle(t *testing.T, args ...string) *cycleProc {
 	testutil.RequireTools(t, "python3")
 	cmd := exec.Command("python3", append([]string{"-c", pyCycle}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &cycleProc{cmd: cmd, in: in, lines: make(chan string, 4)}
-	go func() {
-		defer close(p.lines)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	return p
+	c := testutil.StartChild(t, cmd)
+	return &cycleProc{cmd: cmd, in: c.Stdin, lines: c.Lines}
 }
 
 // next returns the helper's next line, or "" after d.

@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,8 +17,8 @@ import (
 
 // ptProc is a helper process that took a lock and holds it until stopped.
 type ptProc struct {
-	t   *testing.T
-	cmd *exec.Cmd
+	cmd   *exec.Cmd
+	child *testutil.Child
 }
 
 // ptStartPy runs a Python script and waits until it prints "locked".
@@ -29,39 +28,15 @@ func ptStartPy(t *testing.T, script string, args ...string) *ptProc {
 	cmd := exec.Command("python3", append([]string{"-c", script}, args...)...)
 	// A session of its own: no signal meant for it reaches the test runner.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	c := testutil.StartChild(t, cmd)
+	if s := strings.TrimSpace(c.Line(20 * time.Second)); s != "locked" {
+		t.Fatalf("helper said %q, want locked", s)
 	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &ptProc{t: t, cmd: cmd}
-	t.Cleanup(p.stop)
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(out).ReadString('\n')
-		line <- strings.TrimSpace(s)
-	}()
-	select {
-	case s := <-line:
-		if s != "locked" {
-			t.Fatalf("helper said %q, want locked", s)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("helper did not lock in time")
-	}
-	return p
+	return &ptProc{cmd: cmd, child: c}
 }
 
 // stop kills the helper and reaps it.
-func (p *ptProc) stop() {
-	if p.cmd.ProcessState == nil {
-		p.cmd.Process.Kill()
-		p.cmd.Wait()
-	}
-}
+func (p *ptProc) stop() { p.child.Kill() }
 
 // pyHoldLock takes a blocking lock on argv[1] and holds it: argv[2] is
 // "w"/"r" (lockf), "ofd-w" (an OFD lock) or "flock-x"; argv[3], if given,

@@ -79,7 +79,8 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-// inCI reports whether missing prerequisites must fail rather than skip.
+// inCI reports whether missing prerequisites must fail rather than skip
+// (testutil.Missing decides it for the helpers below).
 func inCI() bool { return os.Getenv("CI") == "true" }
 
 // require fails (in CI) or skips the test if a tool or device is missing.
@@ -96,11 +97,7 @@ func require(t *testing.T, tools ...string) {
 		}
 	}
 	if len(missing) > 0 {
-		msg := "missing " + strings.Join(missing, ", ") + "; `make deps` installs them"
-		if inCI() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testutil.Missing(t, "missing %s; `make deps` installs them", strings.Join(missing, ", "))
 	}
 }
 
@@ -109,23 +106,14 @@ func requireFUSE(t *testing.T) {
 	t.Helper()
 	require(t, "fusermount3", "flock")
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		msg := fmt.Sprintf("/dev/fuse is missing (%v): modprobe fuse, or run the container with --device /dev/fuse", err)
-		if inCI() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testutil.Missing(t, "/dev/fuse is missing (%v): modprobe fuse, or run the container with --device /dev/fuse", err)
 	}
 }
 
 // requireRoot skips or fails a test that must run as root.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if inCI() {
-			t.Fatal("this test needs root")
-		}
-		t.Skip("this test needs root")
-	}
+	testutil.RequireRoot(t, "this test")
 }
 
 // mountConfig is what mount options change.

@@ -1,6 +1,8 @@
 // Package testutil holds the helpers that the tests of every lockfs package
 // share: waiting for a condition with a generous bound, failing a test
-// whose goroutines outlive it, and counting open descriptors.
+// whose goroutines outlive it, counting open descriptors, a helper process
+// a test talks to in lines (StartChild), and prerequisites that fail under
+// CI=true and skip elsewhere (Missing).
 //
 // Tests wait for correctness, never for speed (the machine may be loaded):
 // Eventually's bound is a hang detector, not a latency assertion.
