@@ -19,8 +19,9 @@ import (
 
 // Compile-time checks.
 var (
-	_ lockmgr.Backend = (*Backend)(nil)
-	_ lockmgr.Lease   = (*lease)(nil)
+	_ lockmgr.Backend        = (*Backend)(nil)
+	_ lockmgr.Lease          = (*lease)(nil)
+	_ lockmgr.ContendedLease = (*lease)(nil)
 )
 
 // errBackendClosed is returned by calls made after (or interrupted by) Close.
@@ -63,7 +64,11 @@ type Backend struct {
 	// keepSweep unlocks expired kept claims; nil while none is pending.
 	// GUARDED_BY(mu)
 	keepSweep *time.Timer
-	// inflight counts calls in progress. Add only under mu while !closed.
+	// contention watches /proc/locks for waiters outside this backend
+	// (contend.go). GUARDED_BY(mu)
+	contention contention
+	// inflight counts calls in progress, the sweeps and the contention
+	// poller. Add only under mu while !closed.
 	inflight sync.WaitGroup
 }
 
@@ -244,6 +249,11 @@ const maxReopen = 16
 func (b *Backend) claimOnce(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mode, how int, rel string, wait bool) (backing, time.Time, error) {
 	var bk backing
 	var reused bool
+	if wait {
+		if err := b.awaitTurn(ctx, rel); err != nil {
+			return backing{}, time.Time{}, err
+		}
+	}
 	if k, locked := b.takeKept(rel, mode == lockmgr.Shared); k != nil {
 		if locked {
 			return k.backing, k.since, nil // still holds LOCK_SH

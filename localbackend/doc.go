@@ -62,6 +62,18 @@
 // descriptor, in case the child was granted the lock as it died, and
 // closes it. No goroutine outlives the call.
 //
+// # Outside waiters
+//
+// A lease tells the engine when someone outside this daemon (another
+// daemon over SOURCE, a program running flock on a backing file) waits for
+// a conflicting flock (lockmgr.ContendedLease), so that a lock under
+// continuous local demand is given up in turn. Only leases the engine asks
+// about are watched, by one goroutine that reads the kernel's table of
+// blocked requests, /proc/locks, every 5 ms or more (20 times the CPU one
+// read costs). A lease so given up is not kept after its release, and the
+// next claim of its file lets the woken waiter take it first. See
+// contend.go for the design, its cost and its notice time.
+//
 // # Conversion
 //
 // A downgrade is LOCK_SH on the held descriptor and cannot fail. An upgrade

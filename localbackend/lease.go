@@ -41,6 +41,15 @@ type lease struct {
 	// released is set once the descriptor is closed. GUARDED_BY(mu)
 	released bool
 
+	// contended is Contended's channel, made at the first call; wanted
+	// is set when it is closed: a process outside this backend waits for
+	// the file. lockKey names the file as /proc/locks does ("" until the
+	// poller read it). GUARDED_BY(b.mu) (contend.go)
+	contended chan struct{}
+	wanted    bool
+	wantedBy  []int // the waiting processes seen
+	lockKey   string
+
 	// tokenBusy is set while a NextToken call uses the token lock. The OFD
 	// lock excludes other descriptions only, so concurrent calls on this
 	// lease exclude each other with it; they poll, like the OFD lock.
@@ -189,10 +198,12 @@ var testHookUpgradeGap func()
 
 // Release unlocks the descriptor and keeps it briefly for the next claim of
 // the same file (idle.go), or, for a shared claim, keeps it locked for up to
-// keepFor (keep.go); a lost lease's descriptor is closed. It returns
-// nil, also on a lost lease or a second call, and after Backend.Close
-// released it.
+// keepFor (keep.go); a lost lease's descriptor is closed. A lease that
+// someone outside was seen waiting for (Contended) is unlocked at once
+// and its descriptor marked yielded (contend.go). It returns nil, also on
+// a lost lease or a second call, and after Backend.Close released it.
 func (l *lease) Release(ctx context.Context) error {
+	wanted := l.b.unwatch(l)
 	l.mu.Lock()
 	done, lost, shared := l.released, l.lostErr != nil, l.mode == lockmgr.Shared
 	l.released = true
@@ -205,7 +216,7 @@ func (l *lease) Release(ctx context.Context) error {
 		l.b.forget(l)
 		l.file.Close()
 	default:
-		l.b.putIdle(l, shared)
+		l.b.putIdle(l, shared && !wanted)
 	}
 	return nil
 }
@@ -213,6 +224,7 @@ func (l *lease) Release(ctx context.Context) error {
 // closeFile closes the descriptor once, releasing the flock, and marks the
 // lease released.
 func (l *lease) closeFile() {
+	l.b.unwatch(l)
 	l.mu.Lock()
 	done := l.released
 	l.released = true

@@ -67,6 +67,10 @@ const (
 	upgradePollMax = 50 * time.Millisecond
 	tokenPollMin   = 50 * time.Microsecond
 	tokenPollMax   = 5 * time.Millisecond
+	// A claim waiting for a yielded file's outside waiters to take it
+	// (awaitTurn) polls /proc/locks.
+	turnPollMin = 500 * time.Microsecond
+	turnPollMax = 5 * time.Millisecond
 )
 
 func newBackoff(first, max time.Duration) backoff { return backoff{next: first, max: max} }

@@ -72,7 +72,15 @@ func (b *Backend) waitFlock(ctx context.Context, f *os.File, mode lockmgr.Mode, 
 
 	log := b.log.WithField("lock", id.String()).WithField("mode", mode.String())
 	log.Debug("lock busy, waiting through flock(1)")
-	runErr := cmd.Run()
+	// The child is this backend's own waiter, not one outside it
+	// (contend.go).
+	runErr := cmd.Start()
+	if runErr == nil {
+		pid := cmd.Process.Pid
+		b.ownWaiter(pid, true)
+		runErr = cmd.Wait()
+		b.ownWaiter(pid, false)
+	}
 
 	if err := ctx.Err(); err != nil || runErr != nil {
 		// The child is reaped; undo a grant it may have got just before

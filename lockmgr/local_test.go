@@ -6,11 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/localbackend"
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -22,6 +25,12 @@ import (
 
 func newLocalEngine(t *testing.T, src string) *lockmgr.Engine {
 	t.Helper()
+	return newLocalEngineWith(t, src, lockmgr.Config{})
+}
+
+// newLocalEngineWith is newLocalEngine with cfg's other fields.
+func newLocalEngineWith(t *testing.T, src string, cfg lockmgr.Config) *lockmgr.Engine {
+	t.Helper()
 	b, err := localbackend.New(localbackend.Config{Source: src})
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +39,8 @@ func newLocalEngine(t *testing.T, src string) *lockmgr.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := lockmgr.New(lockmgr.Config{Backend: b, Processes: procs})
+	cfg.Backend, cfg.Processes = b, procs
+	e, err := lockmgr.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,5 +195,108 @@ func TestTwoLocalEngines(t *testing.T) {
 	defer cancel()
 	if _, err := e2.Acquire(wctx, req("a", lockmgr.Exclusive, 1, true)); err != nil {
 		t.Fatalf("e2 exclusive on a after both released: %v", err)
+	}
+}
+
+// sleepers starts n processes that only sleep, as requesters with real
+// process ids of their own (not this test process, whose lineage every
+// goroutine shares). Cleanup kills them.
+func sleepers(t *testing.T, n int) []int {
+	t.Helper()
+	pids := make([]int, n)
+	for i := range pids {
+		pids[i] = testutil.StartInSession(t, exec.Command("sleep", "1000")).Process.Pid
+	}
+	return pids
+}
+
+// Fairness across daemons (SPEC §2.7): one engine under continuous demand
+// for f (three requesters, each taking it again as soon as it let it go,
+// so one always waits), another engine over the same SOURCE asks for it
+// exclusively. It gets it, whether the demand is exclusive or a stream of
+// overlapping shared holds. The control: with Config.KeepContended the
+// busy engine hands the lock on locally, and the other waits on.
+func TestTwoLocalEnginesTakeTurns(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		mode          lockmgr.Mode
+		keepContended bool
+	}{
+		{"exclusive demand", lockmgr.Exclusive, false},
+		{"shared demand", lockmgr.Shared, false},
+		{"control exclusive demand", lockmgr.Exclusive, true},
+		{"control shared demand", lockmgr.Shared, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := t.TempDir()
+			mkdirs(t, src, "f")
+			busy := newLocalEngineWith(t, src, lockmgr.Config{KeepContended: c.keepContended})
+			other := newLocalEngine(t, src)
+			pids := sleepers(t, 4)
+
+			ctx, stop := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			var grants atomic.Int64
+			for i, pid := range pids[:3] {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					owner := lockmgr.Owner{Class: lockmgr.OwnerFile, ID: uint64(i + 1)}
+					r := lockmgr.Request{Lock: lockmgr.LockID{Path: "f", Kind: lockmgr.KindDir}, Mode: c.mode, Owner: owner, TID: pid, Wait: true}
+					for ctx.Err() == nil {
+						if _, err := busy.Acquire(ctx, r); err != nil {
+							if ctx.Err() == nil {
+								t.Errorf("busy engine: %v", err)
+							}
+							return
+						}
+						grants.Add(1)
+						time.Sleep(50 * time.Millisecond)
+						busy.Release(context.Background(), r.Lock, owner)
+					}
+				}()
+			}
+			defer wg.Wait()
+			defer stop()
+			for deadline := time.Now().Add(20 * time.Second); grants.Load() < 6; {
+				if time.Now().After(deadline) {
+					t.Fatal("the busy engine's requesters made no progress")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+
+			bound := 20 * time.Second
+			if c.keepContended {
+				bound = 1500 * time.Millisecond
+			}
+			wctx, cancel := context.WithTimeout(context.Background(), bound)
+			defer cancel()
+			r := lockmgr.Request{Lock: lockmgr.LockID{Path: "f", Kind: lockmgr.KindDir}, Mode: lockmgr.Exclusive,
+				Owner: lockmgr.Owner{Class: lockmgr.OwnerFile, ID: 9}, TID: pids[3], Wait: true}
+			start := time.Now()
+			_, err := other.Acquire(wctx, r)
+			took := time.Since(start)
+			switch {
+			case c.keepContended && err == nil:
+				t.Fatalf("control: the other engine got the lock in %v while the busy one kept it", took)
+			case c.keepContended:
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("control: %v", err)
+				}
+			case err != nil:
+				t.Fatalf("the other engine did not get the lock within %v: %v", bound, err)
+			default:
+				t.Logf("the other engine waited %v", took)
+				other.Release(context.Background(), r.Lock, r.Owner)
+			}
+			// Either way, the busy engine's requesters go on.
+			before := grants.Load()
+			for deadline := time.Now().Add(20 * time.Second); grants.Load() < before+3; {
+				if time.Now().After(deadline) {
+					t.Fatal("the busy engine's requesters made no progress after the other's turn")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
 	}
 }
