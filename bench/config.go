@@ -90,6 +90,10 @@ type Config struct {
 	GCSHeldSetup   time.Duration
 	GCSHeldPairs   int
 
+	// FairHold is how long each hold of the busy mount's loops lasts while
+	// the other mount's wait is timed (fair_cross_mount_wait_ms).
+	FairHold time.Duration
+
 	// Only, if set, limits the run to the named measurements (see
 	// Measurements).
 	Only []string
@@ -145,6 +149,8 @@ func DefaultConfig() Config {
 		GCSHeldPerProc: 15000,
 		GCSHeldSetup:   90 * time.Second,
 		GCSHeldPairs:   200,
+
+		FairHold: 200 * time.Millisecond,
 	}
 }
 
@@ -193,6 +199,7 @@ func SmokeConfig() Config {
 		GCSHeldPerProc: 100,
 		GCSHeldSetup:   30 * time.Second,
 		GCSHeldPairs:   10,
+		FairHold:       50 * time.Millisecond,
 		Smoke:          true,
 	}
 }
@@ -220,6 +227,8 @@ func (c Config) Validate() error {
 		return errors.New("bench: GCSSimReducedLocks must be positive and below GCSSimLocks")
 	case c.GCSHeldLocks < c.HeldBase || c.GCSHeldPerProc < 1 || c.GCSHeldSetup <= 0 || c.GCSHeldPairs < 1:
 		return errors.New("bench: need GCSHeldLocks >= HeldBase, and GCSHeldPerProc, GCSHeldSetup, GCSHeldPairs positive")
+	case c.FairHold <= 0:
+		return errors.New("bench: FairHold must be positive")
 	}
 	return nil
 }

@@ -239,4 +239,5 @@ var RequiredKeys = []string{
 	"gcs_sim_1000_hosts_reduced_writes_per_s", "gcs_sim_1000_hosts_reduced_losses", "gcs_sim_1000_hosts_reduced_locks_held",
 	"disjoint_1p_pairs_per_s", "disjoint_2p_pairs_per_s", "disjoint_4p_pairs_per_s", "disjoint_8p_pairs_per_s",
 	"cycle_per_s",
+	"fair_cross_mount_wait_ms", "kernel_fair_wait_ms",
 }

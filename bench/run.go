@@ -13,7 +13,7 @@ import (
 
 // Measurements are the names of the harness's measurements, in the order
 // they run; Config.Only selects among them.
-var Measurements = []string{"lockpair", "cycle", "disjoint", "handoff", "held", "seq", "meta", "tree", "gcs", "gcsfleet", "gcssim", "gcsheld"}
+var Measurements = []string{"lockpair", "cycle", "disjoint", "handoff", "fair", "held", "seq", "meta", "tree", "gcs", "gcsfleet", "gcssim", "gcsheld"}
 
 // runner is one run: its configuration, work directory, helper binaries,
 // shared mounts and results.
@@ -79,6 +79,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		"cycle":    r.cycles,
 		"disjoint": r.disjoint,
 		"handoff":  r.handoff,
+		"fair":     r.fair,
 		"held":     r.held,
 		"seq":      r.seq,
 		"meta":     r.meta,
