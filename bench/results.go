@@ -228,7 +228,7 @@ var RequiredKeys = []string{
 	"handoff_p99_us", "poll_handoff_p99_us", "handoff_ratio_vs_poll",
 	"held_100k_rss_mb", "acquire_ratio_100k_vs_100",
 	"seq_read_ratio_vs_backing", "seq_write_ratio_vs_backing",
-	"meta_ops_ratio_vs_gofuse",
+	"meta_ops_ratio_vs_gofuse", "meta_ops_ratio_vs_gofuse_default_permissions",
 	"tree_walk_ratio_vs_gofuse", "rss_after_forget_mb",
 	"gcs_writes_per_acquire", "gcs_writes_per_release", "gcs_requests_local_handoff",
 	"gcs_refreshes_per_ttl", "gcs_takeover_s_minus_ttl", "gcs_takeover_s_after_kill_minus_ttl",

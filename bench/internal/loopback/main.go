@@ -10,8 +10,15 @@
 // FUSE request served by the daemon, as in lockfs (bazil.org/fuse has no
 // passthrough), which tells the transport's cost from the daemon's.
 //
-// Usage: loopback [-no-passthrough] SOURCE MOUNTPOINT. It serves in the
-// foreground until SIGTERM or SIGINT, then unmounts and exits.
+// With -default-permissions it is mounted with the kernel's
+// default_permissions, as lockfs always is (docs/SPEC.md §7): the kernel
+// then checks permissions itself from attributes, which costs GETATTRs
+// that a mount without it does not send; the meta ops goal compares like
+// with like against this mount (docs/BENCHMARKS.md, "Meta ops").
+//
+// Usage: loopback [-no-passthrough] [-default-permissions] SOURCE
+// MOUNTPOINT. It serves in the foreground until SIGTERM or SIGINT, then
+// unmounts and exits.
 package main
 
 import (
@@ -29,9 +36,10 @@ import (
 
 func main() {
 	noPT := flag.Bool("no-passthrough", false, "serve every read and write in the daemon (no kernel FUSE passthrough)")
+	defPerm := flag.Bool("default-permissions", false, "mount with default_permissions: the kernel checks permissions, as on a lockfs mount")
 	flag.Parse()
 	if flag.NArg() != 2 {
-		fmt.Fprintln(os.Stderr, "usage: loopback [-no-passthrough] SOURCE MOUNTPOINT")
+		fmt.Fprintln(os.Stderr, "usage: loopback [-no-passthrough] [-default-permissions] SOURCE MOUNTPOINT")
 		os.Exit(2)
 	}
 	src, mnt := flag.Arg(0), flag.Arg(1)
@@ -41,11 +49,15 @@ func main() {
 		os.Exit(1)
 	}
 	sec := time.Second
+	mopts := fuse.MountOptions{FsName: src, Name: "loopback"}
+	if *defPerm {
+		mopts.Options = append(mopts.Options, "default_permissions")
+	}
 	server, err := fs.Mount(mnt, root, &fs.Options{
 		AttrTimeout:     &sec,
 		EntryTimeout:    &sec,
 		NullPermissions: true,
-		MountOptions:    fuse.MountOptions{FsName: src, Name: "loopback"},
+		MountOptions:    mopts,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loopback: mount:", err)
