@@ -68,6 +68,9 @@ type Claim struct {
 	// Use is held or warm for this host's own claim, claimed for another
 	// host's.
 	Use string `json:"use"`
+	// LockDelayUntil, for a dead session's claim, is when its lock-delay
+	// ends: until then it still keeps others out.
+	LockDelayUntil time.Time `json:"lock_delay_until,omitzero"`
 }
 
 // Lock is one lock in a status reply.
@@ -412,7 +415,7 @@ func (s *Server) claims(p string) ([]Claim, string) {
 // claimOf renders c, a claim on lock p of kind k, for a reply.
 func claimOf(p string, k lockmgr.Kind, c lockmgr.ClaimRecord) Claim {
 	return Claim{Path: p, Kind: k.String(), Host: c.Host, Mode: c.Mode.String(), Since: c.Since,
-		Session: c.Session, State: c.State, Use: c.Use}
+		Session: c.Session, State: c.State, Use: c.Use, LockDelayUntil: c.DelayUntil}
 }
 
 // Call sends one request to the admin socket at path and returns the reply.

@@ -67,8 +67,12 @@ func WriteTable(w io.Writer, r Reply, now time.Time) error {
 		if path == "." {
 			path = "/"
 		}
+		lease := "session " + c.State
+		if !c.LockDelayUntil.IsZero() {
+			lease += ", lock-delay until " + c.LockDelayUntil.Local().Format(time.TimeOnly)
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", path, c.Kind, "claim("+c.Use+")", c.Mode,
-			orDash(c.Host), "-", "-", "-", age(now, c.Since), "-", "session "+c.State, "-")
+			orDash(c.Host), "-", "-", "-", age(now, c.Since), "-", lease, "-")
 	}
 	if r.ClaimsError != "" {
 		if err := tw.Flush(); err != nil {

@@ -23,6 +23,7 @@ var (
 	_ lockmgr.Lease               = (*lease)(nil)
 	_ lockmgr.LeaseDescriber      = (*lease)(nil)
 	_ lockmgr.ClaimLister         = (*Backend)(nil)
+	_ lockmgr.ContendedLease      = (*lease)(nil)
 )
 
 // noWaitGiveUp bounds a claim without wait, whatever GCS does.
@@ -71,6 +72,12 @@ type Backend struct {
 	paused atomic.Bool
 	// crashed: Close leaves everything in the bucket (test hook).
 	crashed atomic.Bool
+	// pollWants lists the wants by the poll of before bells (test hook:
+	// the control of the want path's cost).
+	pollWants atomic.Bool
+	// noContended: leases say they cannot tell whether another host
+	// waits for them (test hook: the engine's give-up turned off).
+	noContended atomic.Bool
 
 	// startSem serialises the start of a session (capacity 1).
 	startSem chan struct{}
@@ -227,6 +234,7 @@ var errNoWaitBound = errors.New("bound of a claim without wait")
 
 // claim runs the claim protocol on id's record.
 func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, name string, mode lockmgr.Mode, wait bool, giveUp time.Duration) (*lease, error) {
+	since := b.wallNow() // this host's place in the turns across hosts
 	s, pre, err := b.sessionAndScan(ctx, id, name, mode, giveUp)
 	if err != nil {
 		return nil, err
@@ -262,7 +270,7 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, name string, mod
 		b.stats.warmClaims.Add(1)
 		return b.newLease(r), nil
 	}
-	if err := b.acquireRec(ctx, r, mode, wait, giveUp, 0, pre); err != nil {
+	if err := b.acquireRec(ctx, r, mode, wait, giveUp, 0, pre, since); err != nil {
 		b.mu.Lock()
 		if !r.present && r.lease == nil && b.recs[name] == r {
 			delete(b.recs, name)
@@ -418,6 +426,7 @@ func (b *Backend) Close() error {
 		if len(errs) == 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), b.cfg.UnavailableAfter)
 			defer cancel()
+			b.removeBell(ctx, s.id)
 			if err := b.endSession(ctx, s); err != nil {
 				errs = append(errs, err)
 			}

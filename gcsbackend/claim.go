@@ -106,7 +106,7 @@ func (b *Backend) scanFor(ctx context.Context, id lockmgr.LockID, name string, m
 			return
 		}
 		for _, c := range cs {
-			if c.session != self && !b.isDead(c.session) {
+			if c.session != self && !b.isVoid(c.session) {
 				out.conflicts = append(out.conflicts, c)
 			}
 		}
@@ -128,6 +128,11 @@ func (b *Backend) scanFor(ctx context.Context, id lockmgr.LockID, name string, m
 			for i := range s.rec.Claims {
 				if judge(&s.rec.Claims[i]) {
 					cs = append(cs, s.rec.Claims[i].ref(obj))
+				}
+			}
+			if t := s.rec.Next; withOwn && t != nil && t.Session != self {
+				if c, ok := b.turnInWay(obj, t, id, mode); ok {
+					cs = append(cs, c)
 				}
 			}
 		}
@@ -279,10 +284,11 @@ func (b *Backend) listRetry(ctx context.Context, prefix string) ([]listed, error
 // top of this file. keep is the mode to fall back to when the record must
 // be withdrawn (a held shared record being upgraded), 0 to drop it. pre,
 // if not nil, is a scan made for this claim already, used for the first
-// round. The caller holds r's slot.
-func (b *Backend) acquireRec(ctx context.Context, r *ownRec, mode lockmgr.Mode, wait bool, giveUp time.Duration, keep lockmgr.Mode, pre *scan) error {
+// round. since is when the caller began to want the lock: its wants carry
+// it, and holders give turns in its order. The caller holds r's slot.
+func (b *Backend) acquireRec(ctx context.Context, r *ownRec, mode lockmgr.Mode, wait bool, giveUp time.Duration, keep lockmgr.Mode, pre *scan, since time.Time) error {
 	self := r.sess.id
-	asked := newAsks(b, self, r.id, mode)
+	asked := newAsks(b, self, r.id, mode, since)
 	defer asked.withdraw()
 	poll := b.newPoll()
 	// A claim without wait that finds records in its way asks their
@@ -425,7 +431,7 @@ func (b *Backend) writeRec(ctx context.Context, r *ownRec, cur snapshot, mode lo
 	res, err := b.mutate(ctx, r.name, mutateOpts{base: &cur, giveUp: giveUp}, func(cur snapshot) (*record, error) {
 		rec := cur.rec.clone(r.id.String())
 		rec.Lock = r.id.String()
-		rec.Claims = rec.without(func(c *claimRec) bool { return c.Session != self && b.isDead(c.Session) })
+		rec.Claims = rec.without(func(c *claimRec) bool { return c.Session != self && b.isVoid(c.Session) })
 		for i := range rec.Claims {
 			c := &rec.Claims[i]
 			if c.Session != self && lockmgr.Conflicts(mode, c.mode()) {
@@ -433,6 +439,9 @@ func (b *Backend) writeRec(ctx context.Context, r *ownRec, cur snapshot, mode lo
 			}
 		}
 		rec.Claims = rec.without(func(c *claimRec) bool { return c.Session == self })
+		if rec.Next != nil && (rec.Next.Session == self || b.isDead(rec.Next.Session)) {
+			rec.Next = nil // this claim's turn came, or its waiter is gone
+		}
 		rec.Epoch++
 		epoch = rec.Epoch
 		rec.Claims = append(rec.Claims, claimRec{Session: self, Host: b.cfg.HostID, Mode: modeName(mode), Epoch: rec.Epoch, Since: since})
@@ -519,12 +528,16 @@ func (b *Backend) dropRec(ctx context.Context, r *ownRec, forget bool) error {
 	if base.gen != 0 && !uncertain { // a late write is not in base: read
 		o.base = &base
 	}
+	next := b.nextTurn(r)
 	res, err := b.mutate(ctx, r.name, o, func(cur snapshot) (*record, error) {
 		if cur.rec.find(self) == nil {
 			return nil, errNoChange
 		}
 		rec := cur.rec.clone("")
-		rec.Claims = rec.without(func(c *claimRec) bool { return c.Session == self || b.isDead(c.Session) })
+		rec.Claims = rec.without(func(c *claimRec) bool { return c.Session == self || b.isVoid(c.Session) })
+		if next != nil {
+			rec.Next = next
+		}
 		return rec, nil
 	}, func(rec *record) bool { return rec.find(self) == nil })
 	if err != nil {
@@ -619,7 +632,7 @@ func (b *Backend) upgradeDeadlock(r *ownRec, keep lockmgr.Mode, live []claimRef)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, c := range live {
-		if c.object == r.name && c.mode == lockmgr.Shared && r.wantedBy[c.session] && c.session < r.sess.id {
+		if !c.turn && c.object == r.name && c.mode == lockmgr.Shared && r.wantedBy[c.session] && c.session < r.sess.id {
 			return fmt.Errorf("%w: host %q, holding %s shared too, waits to upgrade and has priority",
 				lockmgr.ErrDeadlock, c.host, r.id)
 		}

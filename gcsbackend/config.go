@@ -29,8 +29,12 @@ const (
 	DefaultUnavailableAfter = 10 * time.Second
 	// DefaultWarmFor is how long a released claim stays warm.
 	DefaultWarmFor = 30 * time.Second
-	// DefaultWantPoll is how often a holder looks for waiters' requests.
-	DefaultWantPoll = time.Second
+	// DefaultWantPoll is how often a host with records reads its bell for
+	// waiters' requests: a want is noticed within about this long, and an
+	// idle host holding locks pays one read per poll besides its
+	// heartbeats (docs/GCS-PROTOCOL.md §10: 1.6 s keeps a holding host
+	// under $2 a month at list prices with the default TTL).
+	DefaultWantPoll = 1600 * time.Millisecond
 )
 
 // Config configures a gcs Backend. Only Bucket is required; every other
@@ -98,9 +102,21 @@ type Config struct {
 	// Default: DefaultWarmFor (30s).
 	WarmFor time.Duration
 
-	// WantPoll is how often a host with records looks for other hosts'
-	// requests to give them up. Default: DefaultWantPoll (1s).
+	// WantPoll is how often a host with records reads its bell, to learn
+	// of other hosts' requests to give them up. Default: DefaultWantPoll
+	// (1.6s).
 	WantPoll time.Duration
+
+	// LockDelay is how long the records of a session declared dead (its
+	// host crashed, paused or was cut off; not a clean release or close)
+	// keep other hosts out after they know it dead, so that a host that
+	// wakes to find its session gone stops its holders before anyone else
+	// enters. A host writes its own into its session object; the others
+	// apply it. Negative: off. Default: the TTL, so that a pause of up to
+	// twice the TTL since the last heartbeat is covered (see
+	// docs/OPERATIONS.md), and a crashed host's locks are taken over
+	// within 2 × TTL.
+	LockDelay time.Duration
 
 	// Logger receives the backend's log lines. Nil discards them.
 	Logger logrus.FieldLogger
@@ -149,6 +165,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WantPoll == 0 {
 		c.WantPoll = DefaultWantPoll
+	}
+	if c.LockDelay == 0 {
+		c.LockDelay = c.TTL
 	}
 	if c.HostID == "" {
 		h, err := os.Hostname()
@@ -220,6 +239,9 @@ func validEndpoint(ep string) bool {
 	u, err := url.Parse(ep)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
+
+// lockDelay is the lock-delay this host asks of others, 0 if off.
+func (c Config) lockDelay() time.Duration { return max(c.LockDelay, 0) }
 
 // vouch is how long after a successful write was sent the holder vouches
 // for its claim.

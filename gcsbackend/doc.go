@@ -18,7 +18,8 @@
 // PREFIX/sessions/<sid> is a host's session; PREFIX/locks/a/b/.lock the
 // record of one lock (epoch, one claim per session; metadata summarises the
 // claims for listings; never deleted); PREFIX/wants/<holder>/<waiter>-<n> a
-// waiter's request that a holder give a record up.
+// waiter's request that a holder give a record up; PREFIX/bells/<sid> the
+// object waiters rewrite so that the holder lists its wants.
 //
 // # Requests (store.go, mutate.go)
 //
@@ -44,12 +45,22 @@
 // reads). A conflict seen after the write: the claim with priority keeps
 // its record and waits; the other withdraws. Waiters poll with reads.
 //
-// # Warm records and wants (lease.go, wants.go)
+// # Warm records, wants, bells and turns (lease.go, wants.go, bell.go)
 //
 // A release keeps the record warm (no request); taking the lock again costs
-// none. A waiter asks the holder with a want object; the holder lists its
-// wants every WantPoll and drops what is asked for; a warm record idle for
-// WarmFor is dropped.
+// none. A waiter asks the holder with a want object and rings the holder's
+// bell; a host with records reads its bell every WantPoll and lists its
+// wants only when it rang. A warm record asked for is dropped at once; a
+// held one makes its lease Contended, so that the engine gives it up after
+// the holds running, and is dropped at its release. A drop for waiters
+// names the one that asked first (record.Next): other hosts' conflicting
+// claims let it go first. A warm record idle for WarmFor is dropped.
+//
+// # Lock-delay (observe.go)
+//
+// The records of a session declared dead keep others out for its
+// lock-delay more, measured on each host from its own knowledge of the
+// death, so that a paused host stops its holders before anyone enters.
 //
 // # Fencing tokens (lease.go)
 //

@@ -50,6 +50,15 @@ func (b *Backend) SetListLegacyLong(on bool) { b.listLegacyLong = on }
 // history must catch.
 func (b *Backend) SetNoVerify(on bool) { b.noVerify = on }
 
+// SetPollWants turns on the want path of before bells: the wants are listed
+// at every poll while a record is warm, every refresh interval while
+// records are only held (the control of the want path's cost).
+func (b *Backend) SetPollWants(on bool) { b.pollWants.Store(on) }
+
+// SetNoContended makes leases say that they cannot tell whether another
+// host waits for them (Contended returns nil): the engine's give-up off.
+func (b *Backend) SetNoContended(on bool) { b.noContended.Store(on) }
+
 // PauseHeartbeats stops (or restarts) the session's heartbeats, as a host
 // whose heartbeats stall would.
 func (b *Backend) PauseHeartbeats(on bool) {

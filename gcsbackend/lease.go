@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -31,7 +32,9 @@ type lease struct {
 	r *ownRec
 
 	// Constant data
-	lostc chan struct{} // closed once the lease is lost
+	lostc      chan struct{} // closed once the lease is lost
+	contendc   chan struct{} // closed once another host is known to wait for it
+	contendOne sync.Once
 
 	// Mutable state
 	mu sync.Mutex
@@ -44,11 +47,38 @@ type lease struct {
 
 // newLease makes the lease over r, whose record is in place.
 func (b *Backend) newLease(r *ownRec) *lease {
-	l := &lease{b: b, r: r, lostc: make(chan struct{})}
+	l := &lease{b: b, r: r, lostc: make(chan struct{}), contendc: make(chan struct{})}
 	b.mu.Lock()
 	r.lease = l
+	wanted := r.wanted
 	b.mu.Unlock()
+	if wanted {
+		// Asked for while this claim was being made: another host's
+		// waiter is behind this grant.
+		l.contend()
+	}
 	return l
+}
+
+// Contended returns a channel closed once this host has learned that
+// another host waits for the record (its want was listed, within about a
+// WantPoll of its asking): the engine then stops handing the lock to
+// local requests and releases it when the holds running end, and the
+// record is dropped, not kept warm.
+func (l *lease) Contended() <-chan struct{} {
+	if l.b.noContended.Load() {
+		return nil
+	}
+	return l.contendc
+}
+
+// contend closes the lease's contended channel, once.
+func (l *lease) contend() {
+	l.contendOne.Do(func() {
+		close(l.contendc)
+		l.b.stats.contended.Add(1)
+		l.b.log.WithField("lock", l.r.id.String()).Debug("another host waits for a held lock: giving it up after the holds running")
+	})
 }
 
 // Mode returns the record's mode, or 0 once lost or released.
@@ -181,7 +211,7 @@ func (l *lease) convert(ctx context.Context, mode lockmgr.Mode, wait bool) error
 		if !wait {
 			giveUp = min(giveUp, noWaitGiveUp)
 		}
-		err = l.b.acquireRec(ctx, l.r, mode, wait, giveUp, cur, nil)
+		err = l.b.acquireRec(ctx, l.r, mode, wait, giveUp, cur, nil, l.b.wallNow())
 	}
 	if errors.Is(err, errGone) {
 		l.lose(errGone)
@@ -296,6 +326,7 @@ func (b *Backend) ListClaims(ctx context.Context, id lockmgr.LockID) ([]lockmgr.
 	var out []lockmgr.ClaimRecord
 	for _, c := range s.rec.Claims {
 		state, use := "live", "claimed"
+		var delayUntil time.Time
 		switch {
 		case own != nil && c.Session == own.id:
 			use = "warm"
@@ -306,6 +337,10 @@ func (b *Backend) ListClaims(ctx context.Context, id lockmgr.LockID) ([]lockmgr.
 			b.mu.Unlock()
 		case b.isDead(c.Session):
 			state = "dead"
+			if until, _ := b.deadUntil(c.Session); until > now {
+				// Rounded up to the second, as shown.
+				delayUntil = time.Now().Add(until - now + time.Second - 1).Truncate(time.Second)
+			}
 		default:
 			b.obs.mu.Lock()
 			if seen, ok := b.obs.seen[c.Session]; ok && now >= seen.first+seen.stale {
@@ -314,7 +349,7 @@ func (b *Backend) ListClaims(ctx context.Context, id lockmgr.LockID) ([]lockmgr.
 			b.obs.mu.Unlock()
 		}
 		out = append(out, lockmgr.ClaimRecord{Host: lockmgr.QuoteName(c.Host), Mode: c.mode(), Since: c.Since,
-			Session: c.Session, State: state, Use: use})
+			Session: c.Session, State: state, Use: use, DelayUntil: delayUntil})
 	}
 	return out, nil
 }

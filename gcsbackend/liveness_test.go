@@ -103,43 +103,70 @@ func TestUnknownRecordIsDroppedWhenAsked(t *testing.T) {
 	claimPast(ctx, t, c, a, id, false, "a record its host lost track of blocks another host's claim")
 }
 
-// A host that only holds records lists its wants once per refresh
-// interval, not at every want poll; one with a warm record lists at every
-// poll (the control), and a waiter of another host still gets a held
-// record within about a poll of its release.
-func TestHeldRecordsListWantsSlowly(t *testing.T) {
+// The want path costs reads, not listings: a host that holds a record and
+// keeps another warm, and that nobody asks anything of, reads its bell once
+// per want poll and lists nothing (control: the poll of before bells lists
+// at every poll). A host without records sends nothing at all. When another
+// host's waiter asks for the held record, the holder's lease reports
+// itself contended within a few polls, and the waiter is served at its
+// release.
+func TestWantPathCost(t *testing.T) {
 	emu := gcstest.Start(t)
-	a := newBackend(t, emu, func(c *gcsbackend.Config) {
-		c.WantPoll = 100 * time.Millisecond
-		c.TTL = 6 * time.Second
-		c.RefreshInterval = 2 * time.Second
-	})
+	a := newBackend(t, emu, func(c *gcsbackend.Config) { c.WantPoll = 100 * time.Millisecond })
 	c := newBackend(t, emu, nil)
 	ctx := ctxT(t, 60*time.Second)
 	held, err := a.Claim(ctx, dirLock("held"), lockmgr.Exclusive, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lists := func(d time.Duration) uint64 {
-		before := a.Stats().Lists
+	keepWarm(ctx, t, a, dirLock("warm"))
+	over := func(b *gcsbackend.Backend, d time.Duration) gcsbackend.Stats {
+		before := b.Stats()
 		time.Sleep(d)
-		return a.Stats().Lists - before
+		return b.Stats().Sub(before)
 	}
-	if n := lists(3 * time.Second); n > 3 {
-		t.Errorf("holding one record only: %d listings in 3 s at a 2 s refresh interval, want at most 2 (3 with scheduling slack)", n)
+	if d := over(a, 3*time.Second); d.Lists != 0 || d.Reads < 10 {
+		t.Errorf("a held and a warm record, nothing wanted, 3 s at a 100 ms want poll: %d listings, %d reads; want 0 listings and about 30 reads of the bell", d.Lists, d.Reads)
+	} else {
+		t.Logf("nothing wanted, 3 s: %d listings, %d reads, %d writes (heartbeats %d)", d.Lists, d.Reads, d.Writes, d.Refreshes)
 	}
-	warm, err := a.Claim(ctx, dirLock("warm"), lockmgr.Exclusive, false)
+	a.SetPollWants(true)
+	if d := over(a, 3*time.Second); d.Lists < 10 {
+		t.Errorf("control: the poll of before bells made %d listings in 3 s at a 100 ms want poll, want about 30", d.Lists)
+	}
+	a.SetPollWants(false)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held, err = a.Claim(ctx, dirLock("held"), lockmgr.Exclusive, false) // its warm record again
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := warm.Release(ctx); err != nil {
+
+	// A host whose records are all gone reads and lists nothing (its
+	// session's heartbeats go on); while it held one, it read its bell.
+	gone := newBackend(t, emu, func(c *gcsbackend.Config) {
+		c.WantPoll = 100 * time.Millisecond
+		c.WarmFor = -1 // a release drops the record
+	})
+	l, err := gone.Claim(ctx, dirLock("gone"), lockmgr.Exclusive, false)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n := lists(3 * time.Second); n < 10 {
-		t.Errorf("control: with a warm record, %d listings in 3 s at a 100 ms want poll, want about 30", n)
+	if d := over(gone, time.Second); d.Reads == 0 {
+		t.Errorf("control: holding a record for 1 s, the host read its bell %d times", d.Reads)
 	}
-	// Another host's waiter for the held record is served after its release.
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if d := over(gone, 2*time.Second); d.Reads+d.Lists != 0 {
+		t.Errorf("a host without records made %d reads and %d listings in 2 s", d.Reads, d.Lists)
+	}
+
+	// Another host's waiter for the held record: the lease says so.
 	got := make(chan error, 1)
+	asked := time.Now()
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
@@ -149,7 +176,15 @@ func TestHeldRecordsListWantsSlowly(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(500 * time.Millisecond)
+	select {
+	case <-held.(lockmgr.ContendedLease).Contended():
+		t.Logf("the holder knew of the waiter %v after it asked", time.Since(asked).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder's lease did not report another host's waiter within 10 s")
+	}
+	if s := a.Stats(); s.Contended != 1 || s.Lists == 0 {
+		t.Errorf("after the want: %d leases contended, %d listings; want 1 and some", s.Contended, s.Lists)
+	}
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -84,6 +84,26 @@ type record struct {
 	// Write is the random id of the write that produced this version, so a
 	// writer whose reply was lost recognises its own write.
 	Write string `json:"write"`
+	// Next, if set, is the waiter whose turn it is: written by a holder
+	// that gave its record up because others asked for it, naming the one
+	// that asked first (see turn).
+	Next *turn `json:"next,omitempty"`
+}
+
+// turn names the waiter of another host whose turn it is at a lock
+// object: the holder that gave its record up for waiters names the one
+// whose wait began first, and other hosts' claims that conflict with what
+// it waits for let it go first, for at most turnGrace after they first see
+// it (the named waiter may have given up). Its own claim write clears it.
+// So turns across hosts follow the order in which hosts asked (SPEC §2.7),
+// at no request: the drop writes the object anyway.
+type turn struct {
+	Session string `json:"session"`
+	Host    string `json:"host"`
+	Lock    string `json:"lock"` // what it waits for (LockID.String)
+	Mode    string `json:"mode"`
+	Since   int64  `json:"since_ms"` // when its wait began, on its wall clock
+	ID      string `json:"id"`       // tells one turn from the next
 }
 
 // claimRec is one session's claim on the lock. It is valid while its
@@ -132,6 +152,10 @@ type claimRef struct {
 	host    string
 	mode    lockmgr.Mode
 	since   int64 // unix milliseconds
+	// turn: not a record but another host's turn (record.Next) that this
+	// claim lets go first, until turnEnd on this host's clock.
+	turn    bool
+	turnEnd time.Duration
 }
 
 func (c *claimRec) ref(object string) claimRef {

@@ -48,6 +48,9 @@ type sessionDoc struct {
 	// the generation unchanged before declaring the session dead.
 	TTLMillis   int64 `json:"ttl_ms"`
 	StaleMillis int64 `json:"stale_ms"`
+	// LockDelayMillis is how long others keep the session's records once
+	// they know it declared dead (absent: the reader's own lock-delay).
+	LockDelayMillis *int64 `json:"lock_delay_ms,omitempty"`
 	// Since and Refreshed are wall-clock times for people only.
 	Since     time.Time `json:"since"`
 	Refreshed time.Time `json:"refreshed"`
@@ -94,6 +97,9 @@ type session struct {
 	refreshDue time.Duration
 	// lostErr wraps lockmgr.ErrLeaseLost once lost. GUARDED_BY(mu)
 	lostErr error
+	// bellSeen is the generation of the session's bell read before its
+	// last listing of wants (0: none yet). GUARDED_BY(mu)
+	bellSeen int64
 }
 
 // err returns why the session is lost, checking its validity at now.
@@ -158,7 +164,7 @@ func (b *Backend) ensureSession(ctx context.Context, giveUp time.Duration) (*ses
 	wall := b.wallNow()
 	doc := sessionDoc{Version: layoutVersion, Session: id, Host: b.cfg.HostID, Seq: 1, State: "live",
 		TTLMillis: b.cfg.TTL.Milliseconds(), StaleMillis: b.cfg.TTL.Milliseconds(), Since: wall, Refreshed: wall,
-		Write: b.newWriteID()}
+		Write: b.newWriteID(), LockDelayMillis: ptr(b.cfg.lockDelay().Milliseconds())}
 	name := b.sessionName(id)
 	fails := b.newFailClock()
 	fails.limit = giveUp
@@ -256,6 +262,7 @@ func (b *Backend) heartbeater() {
 			if b.paused.Load() {
 				next = until
 			}
+			next = min(next, now+wakeCheck)
 		}
 		c, stop := b.clock.Timer(max(next-now, time.Millisecond))
 		select {
@@ -271,6 +278,13 @@ func (b *Backend) heartbeater() {
 
 // idleWake is how long the heartbeater sleeps with no session.
 const idleWake = time.Minute
+
+// wakeCheck bounds the heartbeater's sleep while a session lives: Go's
+// timers do not count time the machine spent suspended, so a host that
+// wakes learns that its session lapsed within this long on its boot
+// clock, and tells its holders, well before other hosts' TTL and
+// lock-delay have passed.
+const wakeCheck = time.Second
 
 // refreshRetry is the wait before retrying a heartbeat that failed while
 // the session is still valid.
@@ -387,7 +401,9 @@ func (b *Backend) loseSession(s *session, cause error) {
 	if b.sess == s {
 		b.sess = nil
 	}
-	b.markDead(s.id)
+	// This host's own lost session delays nobody here: the engine has
+	// told its holders already.
+	b.markDead(s.id, 0)
 	var leases []*lease
 	for name, r := range b.recs {
 		if r.sess == s {
@@ -445,3 +461,5 @@ func (b *Backend) endSession(ctx context.Context, s *session) error {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -72,8 +72,9 @@ func TestPausedSessionLosesEverything(t *testing.T) {
 		if first.IsZero() || at.Before(first) {
 			first = at
 		}
-		if d := at.Sub(lastBeat); d < testTTL-100*time.Millisecond || d > testTTL+4*time.Second {
-			t.Errorf("B granted %v after A's last heartbeat; want about the TTL (%v), never before", d, testTTL)
+		// TTL + A's lock-delay (its default, the TTL).
+		if d := at.Sub(lastBeat); d < 2*testTTL-100*time.Millisecond || d > 2*testTTL+4*time.Second {
+			t.Errorf("B granted %v after A's last heartbeat; want about TTL + lock-delay (%v), never before", d, 2*testTTL)
 		}
 		last = at
 	}
@@ -224,5 +225,75 @@ func TestRemoteHoldersInStatus(t *testing.T) {
 	// Control: a lock nobody claimed shows no claim.
 	if claims, err := eb.Claims(ctx, dirLock("nobody")); err != nil || len(claims) != 0 {
 		t.Fatalf("unclaimed lock: %q, %v", claims, err)
+	}
+}
+
+// Lock-delay: a session whose heartbeats stall is declared dead about a TTL
+// after its last heartbeat, and its records keep other hosts out for its
+// lock-delay more; meanwhile the waiting host shows the record's session
+// dead with the delay's end, and counts the delay. Control: with the
+// lock-delay off, the waiter is granted about a TTL after the last
+// heartbeat.
+func TestLockDelay(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration // A's Config.LockDelay
+		want  time.Duration // after A's last heartbeat
+	}{
+		{"delay-2s", 2 * time.Second, testTTL + 2*time.Second},
+		{"control-off", -1, testTTL},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			emu := gcstest.Start(t)
+			ba := newBackend(t, emu, func(c *gcsbackend.Config) { c.LockDelay = tc.delay })
+			bb := newBackend(t, emu, nil) // its own lock-delay (the TTL) does not matter: A's does
+			ctx := ctxT(t, 60*time.Second)
+			if _, err := ba.Claim(ctx, dirLock("d"), lockmgr.Exclusive, false); err != nil {
+				t.Fatal(err)
+			}
+			ba.PauseHeartbeats(true)
+			time.Sleep(50 * time.Millisecond) // a heartbeat in flight lands
+			lastBeat := emu.LastHeartbeat(t, ba.Config().Prefix, ba.HostID())
+			got := make(chan error, 1)
+			go func() {
+				l, err := bb.Claim(ctx, dirLock("d"), lockmgr.Exclusive, true)
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				got <- err
+			}()
+			var shown []lockmgr.ClaimRecord
+			for {
+				select {
+				case err := <-got:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(100 * time.Millisecond):
+					if cs, err := bb.ListClaims(ctx, dirLock("d")); err == nil && len(cs) == 1 && cs[0].State == "dead" && shown == nil {
+						shown = cs
+					}
+					continue
+				}
+				break
+			}
+			d := time.Since(lastBeat)
+			t.Logf("B granted %v after A's last heartbeat (TTL %v, A's lock-delay %v); B's status of the dead record: %v",
+				d.Round(time.Millisecond), testTTL, tc.delay, shown)
+			if d < tc.want-100*time.Millisecond || d > tc.want+3*time.Second {
+				t.Errorf("B granted %v after A's last heartbeat; want about %v, never before", d, tc.want)
+			}
+			delays := bb.Stats().LockDelays
+			if tc.delay > 0 {
+				if len(shown) != 1 || shown[0].DelayUntil.IsZero() || !strings.Contains(shown[0].String(), " lock-delay-until=") {
+					t.Errorf("B's status during the lock-delay: %v, want the dead session's claim with its lock-delay's end", shown)
+				}
+				if delays != 1 {
+					t.Errorf("B counted %d lock-delays, want 1", delays)
+				}
+			} else if delays != 0 {
+				t.Errorf("control: B counted %d lock-delays with A's off", delays)
+			}
+		})
 	}
 }

@@ -34,9 +34,13 @@ type Stats struct {
 	// dead. Withdrawals counts claim records taken back after a conflict
 	// seen by the verify step; WantsSent the wants this backend asked of
 	// holders; WantsServed the records it dropped because another host
-	// wanted them.
+	// wanted them. Rings counts the holders' bells this backend rang (a
+	// want's notice, or another waiter's ring seen in its place);
+	// Contended the leases it told that another host waits for them.
+	// LockDelays counts the sessions declared dead whose records kept a
+	// claim of this backend waiting for their lock-delay.
 	Claims, Conversions, Releases, WarmClaims, Refreshes, Sessions, Losses, Takeovers uint64
-	Withdrawals, WantsSent, WantsServed                                               uint64
+	Withdrawals, WantsSent, WantsServed, Rings, Contended, LockDelays                 uint64
 }
 
 // counters is Stats with atomic fields.
@@ -46,6 +50,7 @@ type counters struct {
 	ambiguous, recognised                                                      atomic.Uint64
 	claims, conversions, releases, warmClaims, refreshes, sessions             atomic.Uint64
 	losses, takeovers, withdrawals, wantsSent, wantsServed                     atomic.Uint64
+	rings, contended, lockDelays                                               atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -61,6 +66,7 @@ func (c *counters) snapshot() Stats {
 		WarmClaims: c.warmClaims.Load(), Refreshes: c.refreshes.Load(), Sessions: c.sessions.Load(),
 		Losses: c.losses.Load(), Takeovers: c.takeovers.Load(), Withdrawals: c.withdrawals.Load(),
 		WantsSent: c.wantsSent.Load(), WantsServed: c.wantsServed.Load(),
+		Rings: c.rings.Load(), Contended: c.contended.Load(), LockDelays: c.lockDelays.Load(),
 	}
 }
 
@@ -81,5 +87,6 @@ func (s Stats) Sub(t Stats) Stats {
 		WarmClaims: s.WarmClaims - t.WarmClaims, Refreshes: s.Refreshes - t.Refreshes, Sessions: s.Sessions - t.Sessions,
 		Losses: s.Losses - t.Losses, Takeovers: s.Takeovers - t.Takeovers, Withdrawals: s.Withdrawals - t.Withdrawals,
 		WantsSent: s.WantsSent - t.WantsSent, WantsServed: s.WantsServed - t.WantsServed,
+		Rings: s.Rings - t.Rings, Contended: s.Contended - t.Contended, LockDelays: s.LockDelays - t.LockDelays,
 	}
 }

@@ -87,6 +87,22 @@ func (b *Backend) readRaw(ctx context.Context, name string) (gen int64, body []b
 	return r.Attrs.Generation, body, outcomeOK, nil
 }
 
+// generation fetches an object's metadata only (a metadata GET, as cheap
+// as a read and carrying no content) and returns its generation, 0 if it
+// does not exist.
+func (b *Backend) generation(ctx context.Context, name string) (int64, outcome, error) {
+	b.stats.reads.Add(1)
+	a, err := b.bucket.Object(name).Attrs(ctx)
+	if errors.Is(err, storage.ErrObjectNotExist) {
+		b.stats.readsNotFound.Add(1)
+		return 0, outcomeOK, nil
+	}
+	if err != nil {
+		return 0, b.classify(ctx, err), err
+	}
+	return a.Generation, outcomeOK, nil
+}
+
 // write uploads payload with metadata meta as the object's next version, on
 // condition that its generation is still gen (0: that it does not exist),
 // and returns the new generation.

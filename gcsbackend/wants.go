@@ -15,21 +15,28 @@ import (
 //
 // A waiter blocked by a record of another session creates the object
 // PREFIX/wants/<holder session>/<waiter session>-<n>, naming in its
-// metadata the lock object it wants the holder to give up: its own object
-// name, so that no two waiters write one object. Every host lists
-// PREFIX/wants/<own session>/ every WantPoll (jittered) while it has any
-// record, held or warm; a warm record named there is dropped at once, a
-// held one at its release. The waiter deletes its wants when its wait ends;
-// a holder deletes the wants of waiters whose session it finds dead or
-// gone. So a holder that keeps a record warm serves another host's waiter
-// within about one WantPoll (plus the waiter's own poll, at most 1s) of
-// its asking.
+// metadata the lock object it wants the holder to give up, the lock and
+// mode it waits for and when its wait began: its own object name, so that
+// no two waiters write one object. It then rings the holder's bell
+// (bell.go). A host with records, held or warm, reads its bell every
+// WantPoll (jittered) and lists PREFIX/wants/<own session>/ when the bell
+// changed: a warm record named there is dropped at once; a held one is
+// dropped at its release, and its lease tells the engine (Contended) so
+// that it stops handing the lock to local requests and releases it once
+// the holds running finish. The waiter deletes its wants when its wait
+// ends; a holder deletes the wants of waiters whose session it finds dead
+// or gone, and lists again every RefreshInterval while it knows of wants,
+// to learn that they are gone. So another host's waiter is noticed within
+// about one WantPoll of asking, and a host that nobody asks anything of
+// lists nothing.
 
 const (
 	metaWantObject = "lockfs-object" // the lock object the waiter wants
 	metaWantWaiter = "lockfs-waiter" // the waiter's session
 	metaWantLock   = "lockfs-lock"   // the lock the waiter waits for (LockID.String)
 	metaWantMode   = "lockfs-mode"   // and in which mode
+	metaWantSince  = "lockfs-since"  // when its wait began (wall clock, ms since the epoch)
+	metaWantHost   = "lockfs-host"   // the waiter's host id
 )
 
 // want is a want addressed to this session, as the last listing showed it.
@@ -39,6 +46,10 @@ type want struct {
 	waiter string
 	lock   lockmgr.LockID // what the waiter waits for
 	mode   lockmgr.Mode
+	host   string // the waiter's host, for people
+	// since is when the waiter's wait began, on its wall clock: the order
+	// of turns across hosts (as records' since, offsets only skew it).
+	since int64
 	// seen is when this host first listed the want.
 	seen time.Duration
 }
@@ -63,27 +74,35 @@ type asks struct {
 	self  string
 	id    lockmgr.LockID // the lock waited for
 	mode  lockmgr.Mode
+	since time.Time         // when the wait began
 	names map[string]string // holder session + " " + object -> want object
+	// unrung are the holder sessions that have a want of this wait whose
+	// bell is not rung yet.
+	unrung map[string]bool
 }
 
-func newAsks(b *Backend, self string, id lockmgr.LockID, mode lockmgr.Mode) *asks {
-	return &asks{b: b, self: self, id: id, mode: mode, names: map[string]string{}}
+func newAsks(b *Backend, self string, id lockmgr.LockID, mode lockmgr.Mode, since time.Time) *asks {
+	return &asks{b: b, self: self, id: id, mode: mode, since: since, names: map[string]string{}, unrung: map[string]bool{}}
 }
 
-// ask creates a want for every session of cs not asked yet in this wait.
-// It is best effort: a want that cannot be written only means the holder
-// keeps a warm record until it is idle.
+// ask creates a want for every session of cs not asked yet in this wait,
+// and rings the bell of each session asked whose bell it has not rung
+// yet. It is best effort: a want that cannot be written only means the
+// holder keeps its record until it releases it (or, warm, until it is
+// idle); a bell not rung is rung at the next call. Sessions known dead
+// (records kept for their lock-delay) are not asked: nobody would answer.
 func (a *asks) ask(ctx context.Context, cs []claimRef) {
 	for _, c := range cs {
 		key := c.session + " " + c.object
-		if _, ok := a.names[key]; ok {
+		if _, ok := a.names[key]; ok || c.turn || a.b.isDead(c.session) {
 			continue
 		}
 		name := fmt.Sprintf("%swants/%s/%s-%d", a.b.cfg.Prefix, c.session, a.self, a.b.wantID.Add(1))
-		doc := wantDoc{Version: layoutVersion, Object: c.object, Waiter: a.self, Host: a.b.cfg.HostID, Since: a.b.wallNow()}
+		doc := wantDoc{Version: layoutVersion, Object: c.object, Waiter: a.self, Host: a.b.cfg.HostID, Since: a.since}
 		body, _ := json.Marshal(doc)
 		meta := map[string]string{metaVersion: strconv.Itoa(layoutVersion), metaWantObject: c.object, metaWantWaiter: a.self,
-			metaWantLock: a.id.String(), metaWantMode: modeName(a.mode)}
+			metaWantLock: a.id.String(), metaWantMode: modeName(a.mode), metaWantSince: strconv.FormatInt(a.since.UnixMilli(), 10),
+			metaWantHost: a.b.cfg.HostID}
 		rctx, cancel := a.b.requestCtx(ctx, 0)
 		_, oc, err := a.b.write(rctx, name, 0, body, meta)
 		cancel()
@@ -92,7 +111,13 @@ func (a *asks) ask(ctx context.Context, cs []claimRef) {
 			continue
 		}
 		a.names[key] = name
+		a.unrung[c.session] = true
 		a.b.stats.wantsSent.Add(1)
+	}
+	for holder := range a.unrung {
+		if a.b.ring(ctx, a.self, holder) {
+			delete(a.unrung, holder)
+		}
 	}
 }
 
@@ -143,22 +168,48 @@ func (b *Backend) wantPoller() {
 		if s == nil {
 			continue
 		}
-		if !b.wantsDue(s) {
-			continue
+		if due, bell := b.wantsDue(s); due {
+			b.serveWants(s, bell)
 		}
-		b.serveWants(s)
 		b.dropIdle(s)
 	}
 }
 
-// wantsDue reports whether the wants of s are to be listed now: at every
-// poll while s has a warm record (one another host's waiter may be
-// waiting for, to be dropped at once), every RefreshInterval while it only
-// has held ones (a want only matters at their release, which leaves the
-// record warm and so polled again within WantPoll), never without
-// records. A listing is the dearest request there is; a fleet of hosts
-// that hold locks for long would otherwise list once a second each.
-func (b *Backend) wantsDue(s *session) bool {
+// wantsDue reports whether the wants of s are to be listed now, and the
+// generation of its bell read for it (-1 if none was read). Without
+// records, nothing is sent: no want can concern this host. With records,
+// held or warm, one metadata read of the bell: listed if it rang since
+// the last listing, or if wants were known at the last listing and a
+// RefreshInterval has passed (to learn that they are gone).
+func (b *Backend) wantsDue(s *session) (bool, int64) {
+	if b.pollWants.Load() {
+		return b.wantsDueByPoll(s), -1
+	}
+	now := b.clock.Now()
+	b.mu.Lock()
+	has := false
+	for _, r := range b.recs {
+		if r.sess == s && (r.lease != nil || r.present || r.uncertain) {
+			has = true
+			break
+		}
+	}
+	recheck := len(b.wants) > 0 && now-b.wantsListed >= b.cfg.RefreshInterval
+	b.mu.Unlock()
+	if !has {
+		return false, -1
+	}
+	gen, rang, ok := b.bellRang(s)
+	if !ok {
+		return recheck, -1
+	}
+	return rang || recheck, gen
+}
+
+// wantsDueByPoll is the want path before bells, kept as the control of
+// the tests of its cost (Backend.pollWants): list at every poll while s
+// has a warm record, every RefreshInterval while it only has held ones.
+func (b *Backend) wantsDueByPoll(s *session) bool {
 	now := b.clock.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -176,10 +227,11 @@ func (b *Backend) wantsDue(s *session) bool {
 }
 
 // serveWants lists the wants addressed to s and acts on them: a warm
-// record wanted is dropped at once, a held one marked to be dropped at its
-// release; the list is kept for deferTo. Wants of dead waiters are
-// deleted.
-func (b *Backend) serveWants(s *session) {
+// record wanted is dropped at once; a held one is marked to be dropped at
+// its release, and its lease reports itself contended; the list is kept
+// for deferTo. Wants of dead waiters are deleted. bell is the generation
+// of s's bell read before the listing (-1 if none was).
+func (b *Backend) serveWants(s *session, bell int64) {
 	ctx, cancel := b.requestCtx(b.closeCtx, 0)
 	items, oc, err := b.list(ctx, b.cfg.Prefix+"wants/"+s.id+"/")
 	cancel()
@@ -188,6 +240,11 @@ func (b *Backend) serveWants(s *session) {
 			b.log.WithError(err).Debug("could not list the wants of this session")
 		}
 		return
+	}
+	if bell >= 0 {
+		s.mu.Lock()
+		s.bellSeen = bell
+		s.mu.Unlock()
 	}
 	var ws []want
 	now := b.clock.Now()
@@ -205,6 +262,8 @@ func (b *Backend) serveWants(s *session) {
 			continue // not a want of this layout
 		}
 		w.lock = id
+		w.since, _ = strconv.ParseInt(it.meta[metaWantSince], 10, 64)
+		w.host = it.meta[metaWantHost]
 		w.seen = now
 		if t, ok := seen[w.name]; ok {
 			w.seen = t
@@ -218,6 +277,7 @@ func (b *Backend) serveWants(s *session) {
 		ws = append(ws, w)
 	}
 	var warm []*ownRec
+	var contended []*lease
 	b.mu.Lock()
 	b.wants = ws
 	wantedBy := map[string]map[string]bool{}
@@ -244,6 +304,8 @@ func (b *Backend) serveWants(s *session) {
 			r.wantedBy = by
 			if r.lease == nil {
 				warm = append(warm, r)
+			} else {
+				contended = append(contended, r.lease)
 			}
 		} else {
 			r.wanted = false
@@ -251,6 +313,9 @@ func (b *Backend) serveWants(s *session) {
 		}
 	}
 	b.mu.Unlock()
+	for _, l := range contended {
+		l.contend()
+	}
 	for _, r := range warm {
 		b.stats.wantsServed.Add(1)
 		b.dropLater(r)
@@ -372,4 +437,66 @@ func (b *Backend) dropIdle(s *session) {
 	for _, r := range idle {
 		b.dropLater(r)
 	}
+}
+
+// turnGrace is how long a claim lets another host's turn (record.Next) go
+// first: the waiter named polls at least once a second, so it has had
+// several chances to claim by then; past it, the waiter is taken to have
+// given up.
+func (c Config) turnGrace() time.Duration { return max(2*c.WantPoll, 2*pollMax) }
+
+// nextTurn returns the turn to write when r's record is dropped: the
+// waiter, among the wants for r's object, whose wait began first (then the
+// lower session id); nil if nobody asked for it.
+func (b *Backend) nextTurn(r *ownRec) *turn {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !r.wanted {
+		return nil
+	}
+	var first *want
+	for i := range b.wants {
+		w := &b.wants[i]
+		if w.object != r.name || !r.wantedBy[w.waiter] || b.isDead(w.waiter) {
+			continue
+		}
+		if first == nil || w.since < first.since || (w.since == first.since && w.waiter < first.waiter) {
+			first = w
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	return &turn{Session: first.waiter, Host: first.host, Lock: first.lock.String(), Mode: modeName(first.mode),
+		Since: first.since, ID: randomHex(4)}
+}
+
+// turnInWay reports whether turn t, found in object obj, is in the way of
+// a claim of id in mode: what its waiter waits for conflicts with the
+// claim, its waiter is not known dead, and this host first saw it less
+// than turnGrace ago. It returns the turn as a conflict.
+func (b *Backend) turnInWay(obj string, t *turn, id lockmgr.LockID, mode lockmgr.Mode) (claimRef, bool) {
+	tid, err := parseLockID(t.Lock)
+	if err != nil || !hierConflict(id, mode, tid, parseMode(t.Mode)) || b.isDead(t.Session) {
+		return claimRef{}, false
+	}
+	now := b.clock.Now()
+	key := obj + "\x00" + t.ID
+	b.obs.mu.Lock()
+	first, ok := b.obs.turns[key]
+	if !ok {
+		first = now
+		for k, at := range b.obs.turns {
+			if now-at > 10*b.cfg.turnGrace() {
+				delete(b.obs.turns, k)
+			}
+		}
+		b.obs.turns[key] = first
+	}
+	b.obs.mu.Unlock()
+	end := first + b.cfg.turnGrace()
+	if now >= end {
+		return claimRef{}, false
+	}
+	return claimRef{object: obj, session: t.Session, host: t.Host, mode: parseMode(t.Mode), since: t.Since, turn: true, turnEnd: end}, true
 }

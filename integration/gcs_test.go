@@ -38,6 +38,11 @@ import (
 // cores to refresh in time (refresh every TTL/3 = 1 s, request timeout 1 s).
 const gcsTTL = 3 * time.Second
 
+// gcsTakeover is how long after a crashed or stopped host's last heartbeat
+// another host may take its locks: the TTL, then the lock-delay (the
+// daemons run with the default, the TTL).
+const gcsTakeover = 2 * gcsTTL
+
 // gcsHost describes one daemon of a multi-host test.
 type gcsHost struct {
 	id       string        // --host-id
@@ -45,6 +50,8 @@ type gcsHost struct {
 	bucket   string        // --gcs-bucket
 	ttl      time.Duration // --lease-ttl; 0 means gcsTTL
 	onLoss   string        // --on-lease-loss; "" means the default (SIGTERM)
+	// lockDelay is --lock-delay; "" means the default (the TTL).
+	lockDelay string
 	// clockOffset, if not zero, runs the daemon in a new time namespace
 	// whose CLOCK_MONOTONIC and CLOCK_BOOTTIME are offset by it.
 	clockOffset time.Duration
@@ -73,6 +80,9 @@ func mountGCS(t *testing.T, h gcsHost) *Mount {
 	}
 	if h.onLoss != "" {
 		args = append(args, "--on-lease-loss", h.onLoss)
+	}
+	if h.lockDelay != "" {
+		args = append(args, "--lock-delay", h.lockDelay)
 	}
 	if h.clockOffset == 0 {
 		return mount(t, withArgs(args...))
@@ -584,8 +594,9 @@ func TestGCSPorcupineHistory(t *testing.T) {
 
 // TestGCSKilledHostTakeover: host A's daemon is SIGKILLed while a flock(1)
 // process holds a lock through it; a blocking `flock -x` on host B, started
-// before the kill, gets the lock no sooner than the TTL after A's last
-// heartbeat and about a poll interval after that (checkTakeover). Three
+// before the kill, gets the lock no sooner than the TTL and the lock-delay
+// after A's last heartbeat, and about a poll interval after that
+// (checkTakeover). Three
 // trials kill A at different phases of its heartbeat cycle (heartbeats run
 // about every TTL/3 = 1 s). The control that B is excluded
 // while A lives is the wait itself: B's waiter must not get the lock
@@ -605,7 +616,7 @@ func TestGCSKilledHostTakeover(t *testing.T) {
 			killed := time.Now()
 			killDaemon(t, a)
 			lastBeat := emu.LastHeartbeat(t, "", "host-a")
-			line, ok := w.nextLine(gcsTTL + 5*time.Second)
+			line, ok := w.nextLine(gcsTakeover + 5*time.Second)
 			d := time.Since(lastBeat)
 			if !ok || line != "held" {
 				t.Fatalf("B's waiter did not get the lock within %v of the kill (line %q); stderr %q", time.Since(killed).Round(time.Millisecond), line, w.stderr.String())
@@ -624,17 +635,17 @@ func TestGCSKilledHostTakeover(t *testing.T) {
 }
 
 // checkTakeover checks the time from a crashed or stopped host's last
-// heartbeat to another host's grant: never before the TTL (less a little
-// for the emulator's timestamp, taken after the heartbeat's send), and
-// about one poll interval after it, with a generous upper bound for a
-// loaded machine.
+// heartbeat to another host's grant: never before the TTL and the
+// lock-delay (less a little for the emulator's timestamp, taken after the
+// heartbeat's send), and about one poll interval after it, with a generous
+// upper bound for a loaded machine.
 func checkTakeover(t *testing.T, d time.Duration) {
 	t.Helper()
-	if d < gcsTTL-100*time.Millisecond {
-		t.Errorf("takeover %v after the last heartbeat: before the TTL (%v)", d, gcsTTL)
+	if d < gcsTakeover-100*time.Millisecond {
+		t.Errorf("takeover %v after the last heartbeat: before TTL + lock-delay (%v)", d, gcsTakeover)
 	}
-	if d > gcsTTL+4*time.Second {
-		t.Errorf("takeover %v after the last heartbeat: later than TTL + 4s", d)
+	if d > gcsTakeover+4*time.Second {
+		t.Errorf("takeover %v after the last heartbeat: later than TTL + lock-delay + 4s", d)
 	}
 }
 
@@ -707,8 +718,9 @@ func tokenOf(t *testing.T, line string) (token uint64, lost bool) {
 }
 
 // TestGCSStoppedHostLosesLease: host A's daemon is SIGSTOPped past its TTL
-// while a process holds a lock through it. Host B gets the lock after the
-// TTL; when A resumes (SIGCONT) it marks its lock lost, sends the holder
+// and lock-delay while a process holds a lock through it (a pause that
+// only fencing tokens cover). Host B gets the lock after TTL + lock-delay;
+// when A resumes (SIGCONT) it marks its lock lost, sends the holder
 // (and its descendants) --on-lease-loss (SIGUSR1), fails the holder's lock calls
 // with EIO, and B's grant carries a higher fencing token and is left
 // alone. Control: B is refused while A runs.
@@ -741,7 +753,7 @@ func TestGCSStoppedHostLosesLease(t *testing.T) {
 	defer resume() // before the cleanup's SIGTERM, which sends SIGCONT too
 	// Nothing may touch A's mount while its daemon is stopped.
 	hb := startPython(t, lockHolder, b.path("a/.lock"))
-	line := waitPrefix(t, hb, "held ", gcsTTL+5*time.Second)
+	line := waitPrefix(t, hb, "held ", gcsTakeover+5*time.Second)
 	d := time.Since(lastBeat)
 	tokB, _ := tokenOf(t, line)
 	t.Logf("B got the lock %v after A's last heartbeat, %v after A's daemon was stopped (TTL %v); tokens A %d, B %d",
@@ -1005,7 +1017,7 @@ func TestGCSClockOffsets(t *testing.T) {
 	killed := time.Now()
 	killDaemon(t, b)
 	lastBeat := emu.LastHeartbeat(t, "", "host-b")
-	line, ok := w.nextLine(gcsTTL + 5*time.Second)
+	line, ok := w.nextLine(gcsTakeover + 5*time.Second)
 	d := time.Since(lastBeat)
 	if !ok || line != "held" {
 		t.Fatalf("A's waiter did not get the lock within %v of B's kill (line %q)", time.Since(killed).Round(time.Millisecond), line)

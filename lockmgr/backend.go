@@ -66,13 +66,22 @@ type ClaimRecord struct {
 	// Use is "held" or "warm" for the listing host's own claim, and
 	// "claimed" for another host's (it keeps warm claims without telling).
 	Use string
+	// DelayUntil, for a dead session's claim, is when its lock-delay ends
+	// (on the listing host's clock): until then the claim still keeps
+	// others out. Zero if none is running.
+	DelayUntil time.Time
 }
 
 // String renders c as one line, the form of a status file's claim lines:
-// "host=H mode=M since=T session=S state=S use=U".
+// "host=H mode=M since=T session=S state=S use=U", and
+// " lock-delay-until=T" while a dead session's lock-delay runs.
 func (c ClaimRecord) String() string {
-	return fmt.Sprintf("host=%s mode=%s since=%s session=%s state=%s use=%s",
+	s := fmt.Sprintf("host=%s mode=%s since=%s session=%s state=%s use=%s",
 		c.Host, c.Mode, c.Since.UTC().Format(time.RFC3339), c.Session, c.State, c.Use)
+	if !c.DelayUntil.IsZero() {
+		s += " lock-delay-until=" + c.DelayUntil.UTC().Format(time.RFC3339)
+	}
+	return s
 }
 
 // ParseClaimRecord reads a line of ClaimRecord.String's form. Fields it
@@ -98,6 +107,10 @@ func ParseClaimRecord(line string) ClaimRecord {
 			c.State = v
 		case "use":
 			c.Use = v
+		case "lock-delay-until":
+			if t, err := time.Parse(time.RFC3339, v); err == nil {
+				c.DelayUntil = t
+			}
 		}
 	}
 	return c

@@ -23,13 +23,64 @@ type gcsFlags struct {
 	endpoint string
 	ttl      time.Duration
 	hostID   string
+	// lockDelay is --lock-delay: unset means the TTL, 0 off.
+	lockDelay lockDelayValue
 }
+
+// lockDelayValue is the --lock-delay flag: a duration (bare seconds
+// accepted), remembered as set or not, because its default is the TTL.
+type lockDelayValue struct {
+	d   time.Duration
+	set bool
+}
+
+func (v *lockDelayValue) Set(s string) error {
+	if s == lockDelayTTL {
+		*v = lockDelayValue{}
+		return nil
+	}
+	d, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	v.d, v.set = d, true
+	return nil
+}
+
+func (v *lockDelayValue) Type() string { return "duration" }
+
+func (v *lockDelayValue) String() string {
+	if !v.set {
+		return lockDelayTTL
+	}
+	return v.d.String()
+}
+
+// lockDelayTTL is the value of --lock-delay that means its default: the
+// lease TTL.
+const lockDelayTTL = "ttl"
+
+// config returns the backend's LockDelay: 0 (the default, the TTL) when
+// unset, negative (off) for 0.
+func (v lockDelayValue) config() time.Duration {
+	switch {
+	case !v.set:
+		return 0
+	case v.d == 0:
+		return -1
+	}
+	return v.d
+}
+
+// lockDelayUsage is --lock-delay's help.
+const lockDelayUsage = "gcs: after a host's session is declared dead (crash, pause, partition; not a clean release or lockfs break), " +
+	"keep its locks from other hosts this much longer, so that a paused host stops its holders first (ttl: the lease TTL; 0: off)"
 
 // validate checks the gcs flags against the chosen backend.
 func (g gcsFlags) validate(backend string) error {
 	if backend != "gcs" {
-		if g.bucket != "" || g.prefix != "" || g.endpoint != "" || g.hostID != "" {
-			return usagef("--gcs-* and --host-id flags need --backend gcs")
+		if g.bucket != "" || g.prefix != "" || g.endpoint != "" || g.hostID != "" || g.lockDelay.set {
+			return usagef("--gcs-*, --host-id and --lock-delay flags need --backend gcs")
 		}
 		return nil
 	}
@@ -49,7 +100,8 @@ func (g gcsFlags) validate(backend string) error {
 }
 
 func (g gcsFlags) config(log logrus.FieldLogger) gcsbackend.Config {
-	return gcsbackend.Config{Bucket: g.bucket, Prefix: g.prefix, Endpoint: g.endpoint, TTL: g.ttl, HostID: g.hostID, Logger: log}
+	return gcsbackend.Config{Bucket: g.bucket, Prefix: g.prefix, Endpoint: g.endpoint, TTL: g.ttl, HostID: g.hostID,
+		LockDelay: g.lockDelay.config(), Logger: log}
 }
 
 // newBackend builds the backend the flags choose. For gcs it checks the
@@ -111,6 +163,9 @@ func gcsCounts(s gcsbackend.Stats) []metrics.Count {
 		{Op: "lease", Outcome: "release", N: s.Releases},
 		{Op: "lease", Outcome: "lost", N: s.Losses},
 		{Op: "lease", Outcome: "takeover", N: s.Takeovers},
+		{Op: "lease", Outcome: "lock_delay", N: s.LockDelays},
+		{Op: "lease", Outcome: "contended", N: s.Contended},
+		{Op: "lease", Outcome: "ring", N: s.Rings},
 	}
 }
 

@@ -167,6 +167,7 @@ func newLockCmd() *cobra.Command {
 	fs.StringVar(&lf.gcs.endpoint, "gcs-endpoint", "", "gcs: a GCS emulator's JSON API URL (turns authentication off)")
 	durationVarP(fs, &lf.gcs.ttl, "lease-ttl", "", 30*time.Second, "gcs: lease time to live, at least 100ms; the lock is lost if lockfs lock cannot refresh it for this long")
 	fs.StringVar(&lf.gcs.hostID, "host-id", "", "gcs: this process's host name in the bucket (default: hostname plus a random suffix)")
+	fs.Var(&lf.gcs.lockDelay, "lock-delay", lockDelayUsage)
 	completeValues(cmd, "kind", kinds...)
 	completeValues(cmd, "backend", lockBackends...)
 	return cmd

@@ -216,11 +216,15 @@ func claimLines(st []byte) []lockmgr.ClaimRecord {
 
 // describeClaim renders one gcs claim record of another host for -v:
 // "claimed exclusive by host H for 2m3s (session live)". This host's own
-// records (use held or warm) and dead sessions' records block nobody and
-// give nothing.
+// records (use held or warm) and dead sessions' records past their
+// lock-delay block nobody and give nothing.
 func describeClaim(c lockmgr.ClaimRecord, now time.Time) []string {
-	if c.Use == "held" || c.Use == "warm" || c.State == "dead" {
+	if c.Use == "held" || c.Use == "warm" || (c.State == "dead" && c.DelayUntil.IsZero()) {
 		return nil
+	}
+	if c.State == "dead" {
+		return []string{fmt.Sprintf("claimed %s by host %s, whose session is dead: kept for its lock-delay until %s",
+			c.Mode, c.Host, c.DelayUntil.Local().Format(time.TimeOnly))}
 	}
 	d := fmt.Sprintf("claimed %s by host %s", c.Mode, c.Host)
 	if !c.Since.IsZero() {

@@ -125,6 +125,7 @@ func addMountFlags(fs *pflag.FlagSet, mf *mountFlags) {
 	fs.StringVar(&mf.gcs.endpoint, "gcs-endpoint", "", "gcs backend: a GCS emulator's JSON API URL (turns authentication off); empty = real GCS with Application Default Credentials")
 	durationVarP(fs, &mf.gcs.ttl, "lease-ttl", "", gcsbackend.DefaultTTL, "gcs backend: lease time to live, at least 100ms: a crashed host's locks are taken over this long after its last heartbeat, which runs every TTL/3; a host that cannot refresh within it marks its locks lost")
 	fs.StringVar(&mf.gcs.hostID, "host-id", "", "gcs backend: this host's name in the bucket (default: hostname plus a random suffix)")
+	fs.Var(&mf.gcs.lockDelay, "lock-delay", lockDelayUsage)
 }
 
 func newMountCmd() *cobra.Command {
