@@ -75,9 +75,6 @@ type Backend struct {
 	// pollWants lists the wants by the poll of before bells (test hook:
 	// the control of the want path's cost).
 	pollWants atomic.Bool
-	// noContended: leases say they cannot tell whether another host
-	// waits for them (test hook: the engine's give-up turned off).
-	noContended atomic.Bool
 
 	// startSem serialises the start of a session (capacity 1).
 	startSem chan struct{}

@@ -55,10 +55,6 @@ func (b *Backend) SetNoVerify(on bool) { b.noVerify = on }
 // records are only held (the control of the want path's cost).
 func (b *Backend) SetPollWants(on bool) { b.pollWants.Store(on) }
 
-// SetNoContended makes leases say that they cannot tell whether another
-// host waits for them (Contended returns nil): the engine's give-up off.
-func (b *Backend) SetNoContended(on bool) { b.noContended.Store(on) }
-
 // PauseHeartbeats stops (or restarts) the session's heartbeats, as a host
 // whose heartbeats stall would.
 func (b *Backend) PauseHeartbeats(on bool) {

@@ -66,9 +66,6 @@ func (b *Backend) newLease(r *ownRec) *lease {
 // local requests and releases it when the holds running end, and the
 // record is dropped, not kept warm.
 func (l *lease) Contended() <-chan struct{} {
-	if l.b.noContended.Load() {
-		return nil
-	}
 	return l.contendc
 }
 

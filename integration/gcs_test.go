@@ -52,6 +52,8 @@ type gcsHost struct {
 	onLoss   string        // --on-lease-loss; "" means the default (SIGTERM)
 	// lockDelay is --lock-delay; "" means the default (the TTL).
 	lockDelay string
+	// env is added to the daemon's environment.
+	env []string
 	// clockOffset, if not zero, runs the daemon in a new time namespace
 	// whose CLOCK_MONOTONIC and CLOCK_BOOTTIME are offset by it.
 	clockOffset time.Duration
@@ -85,7 +87,7 @@ func mountGCS(t *testing.T, h gcsHost) *Mount {
 		args = append(args, "--lock-delay", h.lockDelay)
 	}
 	if h.clockOffset == 0 {
-		return mount(t, withArgs(args...))
+		return mount(t, withArgs(args...), withEnv(h.env...))
 	}
 
 	// A time namespace: unshare(1) creates it, writes the offsets and
