@@ -53,8 +53,9 @@ const gcsSibling = "a/b/c/e"
 //     session's heartbeats, and the listings of wants).
 //   - gcs_takeover_s_minus_ttl: from the moment the holder host's last
 //     session write (its last heartbeat, as the proxy saw it answered)
-//     landed until a waiting host holds the lock, minus the TTL (gcs_ttl_s;
-//     the refresh interval is gcs_refresh_interval_s): the "last sign" of
+//     landed until a waiting host holds the lock, minus the TTL and the
+//     lock-delay (gcs_ttl_s, gcs_lock_delay_s: the default, the TTL; the
+//     refresh interval is gcs_refresh_interval_s): the "last sign" of
 //     the dead host. gcs_takeover_s_after_kill_minus_ttl: the same from the
 //     SIGKILL of the holder host, which comes up to a refresh interval
 //     after that heartbeat. When `lockfs mount` has
@@ -83,7 +84,7 @@ func (r *runner) gcs(ctx context.Context) error {
 	if r.lockfsHasGCS(ctx) {
 		takeover, g.daemons = g.takeoverDaemons, true
 	}
-	for _, step := range []func(context.Context) error{g.counts, g.costs, g.handoff, g.refreshes, takeover} {
+	for _, step := range []func(context.Context) error{g.counts, g.costs, g.handoff, g.refreshes, takeover, g.fairGCS} {
 		if err := step(ctx); err != nil {
 			return err
 		}
@@ -105,7 +106,7 @@ var gcsKeys = []string{
 // gcsUnavailable records every GCS key as null, with the reason.
 func (r *runner) gcsUnavailable(reason string) {
 	r.logf("gcs: unavailable: %s", reason)
-	for _, k := range gcsKeys {
+	for _, k := range append(gcsKeys, fairKeys...) {
 		r.res.setNull(k)
 	}
 	r.res.notes["gcs_unavailable_reason"] = reason
@@ -440,6 +441,7 @@ func (g *gcsRun) report() {
 		r.res.set("gcs_takeover_daemons", 0)
 	}
 	r.res.set("gcs_ttl_s", g.ttl.Seconds())
+	r.res.set("gcs_lock_delay_s", g.lockDelay().Seconds())
 	r.res.set("gcs_refresh_interval_s", g.refreshInterval.Seconds())
 
 	row := func(name, key string, s summary, ref string, gl *goal) {
@@ -461,7 +463,7 @@ func (g *gcsRun) report() {
 	if g.daemons {
 		who = "the holder's lockfs daemon"
 	}
-	row(fmt.Sprintf("GCS takeover from the last heartbeat of %s (then kill -9), s minus TTL (TTL %v)", who, g.ttl), "gcs_takeover_s_minus_ttl", to,
+	row(fmt.Sprintf("GCS takeover from the last heartbeat of %s (then kill -9), s minus TTL + lock-delay (TTL %v, lock-delay %v)", who, g.ttl, g.lockDelay()), "gcs_takeover_s_minus_ttl", to,
 		fmt.Sprintf("from the kill: %s s", fmtSummary(tk, "")), &tg)
 }
 
@@ -578,15 +580,19 @@ func (g *gcsRun) lastHeartbeat(prefix, host string) (time.Time, error) {
 // the waiter held the lock, sinceBeat from the holder's last heartbeat to
 // the kill.
 func (g *gcsRun) addTakeover(rep int, d, sinceBeat time.Duration) {
-	g.takeoverS = append(g.takeoverS, (d + sinceBeat - g.ttl).Seconds())
-	g.takeoverKillS = append(g.takeoverKillS, (d - g.ttl).Seconds())
+	bound := g.ttl + g.lockDelay()
+	g.takeoverS = append(g.takeoverS, (d + sinceBeat - bound).Seconds())
+	g.takeoverKillS = append(g.takeoverKillS, (d - bound).Seconds())
 	how := "engines"
 	if g.daemons {
 		how = "daemons"
 	}
-	g.r.logf("gcs takeover (%s) rep %d: %.3fs after the holder's last heartbeat, %.3fs after the kill (TTL %v)",
-		how, rep, (d + sinceBeat).Seconds(), d.Seconds(), g.ttl)
+	g.r.logf("gcs takeover (%s) rep %d: %.3fs after the holder's last heartbeat, %.3fs after the kill (TTL %v, lock-delay %v)",
+		how, rep, (d + sinceBeat).Seconds(), d.Seconds(), g.ttl, g.lockDelay())
 }
+
+// lockDelay is the holders' lock-delay: the default, the TTL.
+func (g *gcsRun) lockDelay() time.Duration { return g.ttl }
 
 // monoNow reads CLOCK_MONOTONIC in nanoseconds, as loadgen does.
 func monoNow() int64 {

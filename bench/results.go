@@ -231,7 +231,7 @@ var RequiredKeys = []string{
 	"meta_ops_ratio_vs_gofuse", "meta_ops_ratio_vs_gofuse_default_permissions",
 	"tree_walk_ratio_vs_gofuse", "rss_after_forget_mb",
 	"gcs_writes_per_acquire", "gcs_writes_per_release", "gcs_requests_local_handoff",
-	"gcs_refreshes_per_ttl", "gcs_takeover_s_minus_ttl", "gcs_takeover_s_after_kill_minus_ttl",
+	"gcs_refreshes_per_ttl", "gcs_takeover_s_minus_ttl", "gcs_takeover_s_after_kill_minus_ttl", "gcs_want_noticed_s",
 	"gcs_writes_cold_acquire_release_depth4", "gcs_writes_per_warm_iteration_depth4",
 	"gcs_writes_per_refresh_interval_1000_held", "gcs_acquire_ms_depth4_rtt30",
 	"gcs_fleet_acquires_per_s", "gcs_fleet_lease_losses", "gcs_fleet_max_object_writes_per_s",
