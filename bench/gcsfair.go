@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -388,7 +389,12 @@ func (g *gcsRun) pausedOverlap(ctx context.Context) error {
 		return nil
 	}
 	var got [2]float64
-	for i, delay := range []string{"", "0"} {
+	delays := []string{"", "0"}
+	if r.cfg.Smoke {
+		delays = delays[:1] // the harness works; the reference costs 2 × TTL more
+		got[1] = math.NaN()
+	}
+	for i, delay := range delays {
 		d, err := g.pausedOnce(ctx, delay)
 		if err != nil {
 			return fmt.Errorf("paused daemon (lock-delay %q): %w", delay, err)
@@ -396,7 +402,11 @@ func (g *gcsRun) pausedOverlap(ctx context.Context) error {
 		got[i] = d.Seconds()
 	}
 	r.res.set("paused_daemon_overlap_s", got[0])
-	r.res.set("paused_daemon_overlap_s_lock_delay_0", got[1])
+	if r.cfg.Smoke {
+		r.res.setNull("paused_daemon_overlap_s_lock_delay_0")
+	} else {
+		r.res.set("paused_daemon_overlap_s_lock_delay_0", got[1])
+	}
 	gl := equal(0)
 	gt, met := r.res.met("paused_daemon_overlap_s", &gl)
 	r.res.addRow(Row{fmt.Sprintf("GCS: a daemon paused 1.5 × TTL while its holder works: s its holder ran beside the next host's (TTL %v)", g.ttl),
