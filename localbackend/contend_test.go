@@ -193,3 +193,29 @@ func TestParseLockLine(t *testing.T) {
 		}
 	}
 }
+
+func TestParseBlocked(t *testing.T) {
+	table := "1: FLOCK  ADVISORY  WRITE 10 fe:00:7 0 EOF\n" +
+		"1: -> FLOCK  ADVISORY  READ 11 fe:00:7 0 EOF\n" +
+		"1:  -> FLOCK  ADVISORY  WRITE 12 fe:00:7 0 EOF\n" +
+		"2: POSIX  ADVISORY  WRITE 13 fe:00:8 0 EOF\n" +
+		"2: -> POSIX  ADVISORY  WRITE 14 fe:00:8 0 EOF\n" +
+		"3: FLOCK  ADVISORY  READ 15 00:2c:9 0 EOF\n" +
+		"3: -> FLOCK  ADVISORY  WRITE 16 00:2c:9 0 EOF"
+	got := parseBlocked([]byte(table))
+	want := map[string][]blockedReq{
+		"fe:00:7": {{pid: 11}, {pid: 12, exclusive: true}},
+		"00:2c:9": {{pid: 16, exclusive: true}},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("parseBlocked = %v, want %v", got, want)
+	}
+	for k, w := range want {
+		if g := got[k]; len(g) != len(w) || (len(g) > 0 && (g[0] != w[0] || g[len(g)-1] != w[len(w)-1])) {
+			t.Errorf("parseBlocked[%s] = %v, want %v", k, g, w)
+		}
+	}
+	if got := parseBlocked([]byte("1: FLOCK  ADVISORY  WRITE 10 fe:00:7 0 EOF\n")); got != nil {
+		t.Errorf("parseBlocked of a table without waiters = %v", got)
+	}
+}
