@@ -312,7 +312,7 @@ func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.
 	if keepCache {
 		log.Warnf("%s=1: the kernel's cache is kept whatever changes in SOURCE; data written there or through another mount can be read stale and lost (for tests only)", keepCacheEnv)
 	}
-	maxOpen := maxOpenPerUID(mf.maxOpen, raiseNofile(log))
+	maxOpen := maxOpenPerUID(mf.maxOpen, raiseNofile(log), mf.allowOther)
 	f, err := fs.New(fs.Config{Source: paths.source, Engine: engine, Logger: log, Host: host, ObserveOp: m.FUSEOp,
 		ListControlFiles: mf.listCtl, MaxOpenPerUID: maxOpen, Observer: m, KeepCacheUnsafe: keepCache,
 		Passthrough: mf.passthrough == "auto", ReadDirPlus: mf.readdirplus == "on", SpliceReads: mf.spliceReads == "on"})
