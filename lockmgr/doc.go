@@ -65,8 +65,8 @@
 // order. Requests whose owner or lineage holds the lock (conversions, a
 // child under its parent's lock) are no new demand and are still granted;
 // a request held back waits for every hold of the lock, for deadlock
-// detection. Nothing is asked, and nothing changes, while nobody here
-// waits for a leased lock (Config.KeepContended turns it off, as the
+// detection. Nothing is asked, and nothing changes, while no local request
+// waits for or shares a leased lock (Config.KeepContended turns it off, as the
 // control of the tests).
 //
 // Threads are the nodes of the wait-for graph: a waiting thread waits for
