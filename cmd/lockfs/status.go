@@ -202,12 +202,13 @@ func (u *unreachable) summary(total int, adminDir string) string {
 }
 
 // countMounts renders "2 (/a, /b) have": a count of mountpoints, the first
-// three named, and the verb agreeing with the count.
+// ten named, and the verb agreeing with the count.
 func countMounts(mps []string, one, many string) string {
+	const named = 10
 	names := mps
 	more := ""
-	if len(names) > 3 {
-		names, more = names[:3], fmt.Sprintf(" and %d more", len(mps)-3)
+	if len(names) > named {
+		names, more = names[:named], fmt.Sprintf(" and %d more", len(mps)-named)
 	}
 	verb := many
 	if len(mps) == 1 {
