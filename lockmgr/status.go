@@ -70,8 +70,13 @@ type LockStatus struct {
 	// Implicit is the number of implicit holds from below.
 	Implicit int
 	Waiters  []Waiter
-	// Lease describes the backend's claim, "" if none.
+	// Lease describes the backend's claim, "" if none; it ends in
+	// " yielding" while Yielding.
 	Lease string
+	// Yielding: someone outside this engine waits for the lock, so the
+	// lease goes to no new local request and is given up when the holds
+	// running end (yield.go).
+	Yielding bool
 }
 
 // holderLocked renders h.
@@ -89,7 +94,7 @@ func (e *Engine) holderLocked(ls *lockState, h *hold) Holder {
 // statusLocked renders ls, except its lease: describing a lease is a call
 // into the backend, made without mu (describeLease).
 func (e *Engine) statusLocked(ls *lockState) (LockStatus, Lease) {
-	st := LockStatus{Lock: ls.id, Mode: ls.heldModeLocked()}
+	st := LockStatus{Lock: ls.id, Mode: ls.heldModeLocked(), Yielding: ls.lease != nil && ls.yieldingLocked()}
 	for _, h := range ls.holds {
 		st.Holders = append(st.Holders, e.holderLocked(ls, h))
 		st.Implicit += h.implicit
@@ -138,6 +143,9 @@ func describeLease(st *LockStatus, lease Lease) {
 	st.Lease = lease.Mode().String()
 	if d, ok := lease.(LeaseDescriber); ok {
 		st.Lease = d.Describe()
+	}
+	if st.Yielding {
+		st.Lease += " yielding"
 	}
 }
 
