@@ -76,15 +76,20 @@ except OSError as e:
 // --lease-ttl of 0 is refused before anything is mounted (it was taken
 // for the default, silently).
 func TestStartupLogSettings(t *testing.T) {
+	// The daemon logs its start-up lines just after the mount answers.
+	settings := func(m *Mount) string {
+		testutil.Poll(20*time.Second, func() bool { return strings.Contains(m.logText(), `msg="settings in effect"`) })
+		return settingsLine(m)
+	}
 	m := mount(t)
-	if log := m.logText(); !strings.Contains(log, `msg="settings in effect"`) || !strings.Contains(log, "keep_shared_locks=") ||
-		!strings.Contains(log, "max_open_per_uid=") || strings.Contains(log, "lease_ttl=") {
-		t.Errorf("the local mount's start-up log lacks its settings:\n%s", log)
+	if line := settings(m); !strings.Contains(line, "keep_shared_locks=") || !strings.Contains(line, "max_open_per_uid=") ||
+		strings.Contains(line, "lease_ttl=") {
+		t.Errorf("the local mount's start-up log lacks its settings:\n%s", m.logText())
 	}
 	emu := startEmulator(t)
 	g := mountGCS(t, gcsHost{id: "host-s", endpoint: emu.Endpoint(), bucket: emu.Bucket, ttl: 7 * time.Second})
-	if log := g.logText(); !strings.Contains(log, "lease_ttl=7s") || !strings.Contains(log, "refresh_every=2.333333333s") {
-		t.Errorf("the gcs mount's start-up log lacks its lease TTL and refresh interval:\n%s", log)
+	if line := settings(g); !strings.Contains(line, "lease_ttl=7s") || !strings.Contains(line, "refresh_every=2.333333333s") {
+		t.Errorf("the gcs mount's start-up log lacks its lease TTL and refresh interval:\n%s", g.logText())
 	}
 	mnt := t.TempDir()
 	r := lockfs(t, 30*time.Second, "mount", "--backend", "gcs", "--gcs-bucket", emu.Bucket, "--gcs-endpoint", emu.Endpoint(),
