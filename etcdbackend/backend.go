@@ -24,6 +24,7 @@ var (
 	_ lockmgr.ClaimLister         = (*Backend)(nil)
 	_ lockmgr.Lease               = (*lease)(nil)
 	_ lockmgr.LeaseDescriber      = (*lease)(nil)
+	_ lockmgr.ContendedLease      = (*lease)(nil)
 )
 
 // noWaitGiveUp bounds a claim without wait, whatever etcd does.

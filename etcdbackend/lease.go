@@ -246,7 +246,8 @@ func (l *lease) NextToken(ctx context.Context) (uint64, error) {
 }
 
 // Release ends the lease. The key stays, warm, with no request, unless
-// another host waits for it or WarmFor is negative: then it is deleted
+// another host waits for it (now, or when Contended closed) or WarmFor is
+// negative: then it is deleted
 // (one request). A warm key is dropped once idle for WarmFor, or as soon
 // as another host's want for it is seen.
 func (l *lease) Release(ctx context.Context) error {
@@ -275,7 +276,12 @@ func (l *lease) Release(ctx context.Context) error {
 		c.lease = nil
 	}
 	c.idleSince = b.clock.Now()
-	drop := !lost && !c.gone && (b.cfg.WarmFor < 0 || b.wantedLocked(c))
+	b.mu.Unlock()
+	l.mu.Lock()
+	contended := l.contended
+	l.mu.Unlock()
+	b.mu.Lock()
+	drop := !lost && !c.gone && (b.cfg.WarmFor < 0 || contended || b.wantedLocked(c))
 	b.mu.Unlock()
 	b.stats.releases.Add(1)
 	if !drop {

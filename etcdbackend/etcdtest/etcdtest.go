@@ -105,6 +105,23 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	return nil
 }
 
+// Launch starts a cluster of n members of the etcd binary bin with their
+// data and logs in dir, for callers that are no test (the benchmark); the
+// caller must Stop it.
+func Launch(bin, dir string, n int) (*Cluster, error) {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var c *Cluster
+		if c, err = startCluster(bin, filepath.Join(dir, strconv.Itoa(attempt)), n); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
+}
+
+// Stop kills every member and waits for them to exit.
+func (c *Cluster) Stop() { c.killAll() }
+
 func startCluster(bin, dir string, n int) (*Cluster, error) {
 	ports, err := freePorts(2 * n)
 	if err != nil {
@@ -121,6 +138,9 @@ func startCluster(bin, dir string, n int) (*Cluster, error) {
 		}
 		initial = append(initial, m.Name+"="+m.PeerURL)
 		c.Members = append(c.Members, m)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
 	for _, m := range c.Members {
 		data := filepath.Join(dir, m.Name)
