@@ -91,6 +91,15 @@ type Config struct {
 	// DefaultWarmFor (30s).
 	WarmFor time.Duration
 
+	// LockDelay is how long a dead session's claims (its host crashed,
+	// paused or was cut off; not a clean release or close) keep other
+	// hosts out after the host stopped vouching for them, so that a host
+	// that wakes to find its session gone stops its holders before anyone
+	// else enters. The session's etcd lease is granted for TTL+LockDelay
+	// (whole seconds), while the host vouches only until TTL-Margin after
+	// its last answered keep-alive. Negative: off. Default: the TTL.
+	LockDelay time.Duration
+
 	// NoWaitGrace is how long a claim without wait, blocked by other
 	// hosts' claims, gives them to drop claims they only keep warm before
 	// it fails. Default: DefaultNoWaitGrace (300ms).
@@ -137,6 +146,14 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WarmFor == 0 {
 		c.WarmFor = DefaultWarmFor
+	}
+	if c.LockDelay == 0 {
+		c.LockDelay = c.TTL
+	}
+	if c.LockDelay < 0 {
+		c.LockDelay = -1
+	} else if r := c.LockDelay % time.Second; r != 0 {
+		c.LockDelay += time.Second - r
 	}
 	if c.NoWaitGrace == 0 {
 		c.NoWaitGrace = DefaultNoWaitGrace
@@ -193,9 +210,16 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// leaseTTL is the TTL the session's lease is granted with: TTL, then the
+// lock-delay.
+func (c Config) leaseTTL() time.Duration { return c.TTL + max(c.LockDelay, 0) }
+
 // vouch is how long after a keep-alive that the server answered was sent
-// the host vouches for its claims, given the TTL the server granted.
-func (c Config) vouch(granted time.Duration) time.Duration { return granted - c.Margin }
+// the host vouches for its claims, given the TTL the server granted: the
+// TTL less the margin (never more than the grant less the lock-delay).
+func (c Config) vouch(granted time.Duration) time.Duration {
+	return min(c.TTL, granted-max(c.LockDelay, 0)) - c.Margin
+}
 
 // Clock is a monotonic clock. The session's validity is measured with it.
 type Clock interface {

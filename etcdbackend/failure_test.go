@@ -6,31 +6,48 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfs/lockfs/etcdbackend"
 	"github.com/lockfs/lockfs/etcdbackend/etcdtest"
 	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
 // A crashed host's claims stay until the server expires its session's
-// lease (TTL after its last keep-alive), then another host gets them.
-// Control: refused while the lease lives.
+// lease, TTL + lock-delay after its last keep-alive, then another host gets
+// them. Control: refused while the lease lives; with the lock-delay off,
+// the takeover comes a lock-delay sooner.
 func TestCrashTakeover(t *testing.T) {
 	c := etcdtest.Start(t)
-	a, b := newBackend(t, c), newBackend(t, c)
-	mustClaim(t, a, dir("x"), lockmgr.Exclusive)
-	a.Crash()
-	crashed := time.Now()
-	mustRefuse(t, b, dir("x"), lockmgr.Exclusive)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*testTTL)
-	defer cancel()
-	l, err := b.Claim(ctx, dir("x"), lockmgr.Exclusive, true)
-	if err != nil {
-		t.Fatalf("takeover: %v", err)
-	}
-	l.Release(context.Background())
-	// The last keep-alive was at most RefreshInterval before the crash.
-	if took := time.Since(crashed); took < testTTL-testTTL/3-time.Second/2 {
-		t.Fatalf("taken over %v after the crash, before the TTL %v could have passed", took, testTTL)
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration // the config's; the expected extra wait
+		extra time.Duration
+	}{{"lock-delay", 0, testTTL}, {"no-lock-delay", -1, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newBackend(t, c, func(cfg *etcdbackend.Config) { cfg.LockDelay = tc.delay })
+			b := newBackend(t, c)
+			mustClaim(t, a, dir("x"), lockmgr.Exclusive)
+			a.Crash()
+			crashed := time.Now()
+			mustRefuse(t, b, dir("x"), lockmgr.Exclusive)
+			ctx, cancel := context.WithTimeout(context.Background(), 4*testTTL)
+			defer cancel()
+			l, err := b.Claim(ctx, dir("x"), lockmgr.Exclusive, true)
+			if err != nil {
+				t.Fatalf("takeover: %v", err)
+			}
+			l.Release(context.Background())
+			took := time.Since(crashed)
+			t.Logf("taken over %v after the crash (TTL %v, lock-delay %v)", took, testTTL, tc.extra)
+			// The last keep-alive was at most RefreshInterval (TTL/3)
+			// before the crash.
+			if least := testTTL + tc.extra - testTTL/3 - time.Second/2; took < least {
+				t.Fatalf("taken over %v after the crash, before TTL + lock-delay could have passed (%v)", took, least)
+			}
+			if most := testTTL + tc.extra + 3*time.Second; took > most {
+				t.Errorf("taken over %v after the crash, later than %v", took, most)
+			}
+		})
 	}
 }
 

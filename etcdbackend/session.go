@@ -118,7 +118,7 @@ func (b *Backend) startSession(ctx context.Context, giveUp time.Duration) (*sess
 	err := b.retry(ctx, giveUp, "grant the session lease", func(rctx context.Context) error {
 		sent = b.clock.Now()
 		var err error
-		resp, err = b.cli.Grant(rctx, int64(b.cfg.TTL/time.Second))
+		resp, err = b.cli.Grant(rctx, int64(b.cfg.leaseTTL()/time.Second))
 		return err
 	})
 	if err != nil {
