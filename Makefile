@@ -1,4 +1,4 @@
-# lockfs: make build | man | dist | test | bench | run | run-multihost | vet | storm | deps | clean | install
+# lockfs: make build | man | dist | test | bench | run | run-multihost[-etcd] | vet | storm | deps | clean | install
 #
 # `make test` and `make run` install their prerequisites themselves when run
 # as root on Debian/Ubuntu (see scripts/deps.sh).
@@ -26,7 +26,7 @@ TAGS    := disable_grpc_modules
 # The full kill-during-wait storm (`make storm`); `make test` runs 300 trials.
 STORM_TRIALS ?= 10000
 
-.PHONY: all gocheck build man unit install uninstall dist test bench bench-smoke run run-multihost vet fmt-check storm deps deps-run deps-multihost clean
+.PHONY: all gocheck build man unit install uninstall dist test bench bench-smoke run run-multihost run-multihost-etcd vet fmt-check storm deps deps-run deps-multihost deps-multihost-etcd clean
 
 all: build
 
@@ -50,8 +50,8 @@ man: build
 
 # Prerequisites, installed when missing (as root, with apt-get), for what
 # each target needs and no more: the tests' tools (deps: fuse3, util-linux,
-# python3, sqlite3, stress-ng, rsync, gcc, promtool), the demo's (deps-run:
-# fuse3 and util-linux only). Nothing installed is left enabled or running
+# python3, sqlite3, stress-ng, rsync, gcc, promtool, etcd), the demo's (deps-run:
+# fuse3 and util-linux only; deps-multihost-etcd adds etcd). Nothing installed is left enabled or running
 # (scripts/deps.sh).
 deps: gocheck
 	@scripts/deps.sh test
@@ -61,6 +61,9 @@ deps-run: gocheck
 
 deps-multihost: gocheck
 	@scripts/deps.sh multihost
+
+deps-multihost-etcd: gocheck
+	@scripts/deps.sh multihost-etcd
 
 fmt-check:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then \
@@ -106,6 +109,11 @@ run: deps-run build
 # demo/hostB/mnt with --backend gcs; Ctrl-C unmounts both, stops the emulator.
 run-multihost: deps-multihost
 	@GO="$(GO)" LDFLAGS="$(LDFLAGS)" TAGS="$(TAGS)" scripts/run-multihost.sh
+
+# The same two hosts sharing a one-member etcd server (Debian's etcd-server)
+# through --backend etcd.
+run-multihost-etcd: deps-multihost-etcd
+	@BACKEND=etcd GO="$(GO)" LDFLAGS="$(LDFLAGS)" TAGS="$(TAGS)" scripts/run-multihost.sh
 
 # Release artefacts in dist/ (gitignored): a static, stripped binary and a
 # .deb (nfpm, pinned as a Go tool in go.mod) with the binary, the mount

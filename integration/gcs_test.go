@@ -72,14 +72,18 @@ func startEmulator(t *testing.T) *gcstest.Emulator {
 // backend as host h and waits until the mount answers.
 func mountGCS(t *testing.T, h gcsHost) *Mount {
 	t.Helper()
+	return mountHost(t, h, []string{"--backend", "gcs", "--gcs-bucket", h.bucket, "--gcs-endpoint", h.endpoint})
+}
+
+// mountHost mounts a fresh SOURCE (directories a/b, b, c) as host h with
+// the backend flags given and waits until the mount answers.
+func mountHost(t *testing.T, h gcsHost, backend []string) *Mount {
+	t.Helper()
 	ttl := h.ttl
 	if ttl == 0 {
 		ttl = gcsTTL
 	}
-	args := []string{
-		"--backend", "gcs", "--gcs-bucket", h.bucket, "--gcs-endpoint", h.endpoint,
-		"--lease-ttl", ttl.String(), "--host-id", h.id,
-	}
+	args := append(backend, "--lease-ttl", ttl.String(), "--host-id", h.id)
 	if h.onLoss != "" {
 		args = append(args, "--on-lease-loss", h.onLoss)
 	}
@@ -184,8 +188,11 @@ func waitFree(t *testing.T, rel string, ms ...*Mount) {
 // exclusive excludes both modes, shared coexists, and the hierarchy holds
 // both ways; B's status of a lock shows A's claim on it. Controls: a sibling directory stays free on B, and B gets the
 // lock once A's holder is gone.
-func TestGCSCrossHostFlock(t *testing.T) {
-	_, a, b := twoHosts(t, gcsHost{id: "host-a"}, gcsHost{id: "host-b"})
+func TestGCSCrossHostFlock(t *testing.T)  { crossHostFlock(t, "gcs") }
+func TestEtcdCrossHostFlock(t *testing.T) { crossHostFlock(t, "etcd") }
+
+func crossHostFlock(t *testing.T, backend string) {
+	_, a, b := hostsIn(t, backend, gcsHost{id: "host-a"}, gcsHost{id: "host-b"})
 
 	t.Run("exclusive", func(t *testing.T) {
 		h := holder(t, a.path("a/.lock"), "-x")
@@ -288,8 +295,11 @@ func TestGCSCrossHostFlock(t *testing.T) {
 // TestGCSCounter: a counter file outside both trees, incremented by 8
 // processes on each host under `flock -x MNT/c/.lock` (read, +1, write),
 // ends exact. The control, the same without the lock, loses updates.
-func TestGCSCounter(t *testing.T) {
-	_, a, b := twoHosts(t, gcsHost{id: "host-a"}, gcsHost{id: "host-b"})
+func TestGCSCounter(t *testing.T)  { counter(t, "gcs") }
+func TestEtcdCounter(t *testing.T) { counter(t, "etcd") }
+
+func counter(t *testing.T, backend string) {
+	_, a, b := hostsIn(t, backend, gcsHost{id: "host-a"}, gcsHost{id: "host-b"})
 	counter := filepath.Join(t.TempDir(), "counter") // in neither SOURCE
 	const perHost, rounds = 8, 10
 	const want = 2 * perHost * rounds
@@ -603,13 +613,16 @@ func TestGCSPorcupineHistory(t *testing.T) {
 // about every TTL/3 = 1 s). The control that B is excluded
 // while A lives is the wait itself: B's waiter must not get the lock
 // before the kill.
-func TestGCSKilledHostTakeover(t *testing.T) {
+func TestGCSKilledHostTakeover(t *testing.T)  { killedHostTakeover(t, "gcs") }
+func TestEtcdKilledHostTakeover(t *testing.T) { killedHostTakeover(t, "etcd") }
+
+func killedHostTakeover(t *testing.T, backend string) {
 	var took []time.Duration
 	for _, phase := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 900 * time.Millisecond} {
 		// The kill comes 1 s + phase after the grant: at phase into a refresh
 		// cycle.
 		t.Run(fmt.Sprintf("phase-%v", phase), func(t *testing.T) {
-			emu, a, b := twoHosts(t, gcsHost{id: "host-a"}, gcsHost{id: "host-b"})
+			ns, a, b := hostsIn(t, backend, gcsHost{id: "host-a"}, gcsHost{id: "host-b"})
 			h := holder(t, a.path("a/.lock"), "-x")
 			w := start(t, "flock", "-x", b.path("a/.lock"), "sh", "-c", "echo held; exec sleep 1000")
 			if line, ok := w.nextLine(phase + time.Second); ok {
@@ -617,7 +630,7 @@ func TestGCSKilledHostTakeover(t *testing.T) {
 			}
 			killed := time.Now()
 			killDaemon(t, a)
-			lastBeat := emu.LastHeartbeat(t, "", "host-a")
+			lastBeat := ns.lastRefresh(t, "host-a")
 			line, ok := w.nextLine(gcsTakeover + 5*time.Second)
 			d := time.Since(lastBeat)
 			if !ok || line != "held" {
@@ -726,9 +739,12 @@ func tokenOf(t *testing.T, line string) (token uint64, lost bool) {
 // (and its descendants) --on-lease-loss (SIGUSR1), fails the holder's lock calls
 // with EIO, and B's grant carries a higher fencing token and is left
 // alone. Control: B is refused while A runs.
-func TestGCSStoppedHostLosesLease(t *testing.T) {
+func TestGCSStoppedHostLosesLease(t *testing.T)  { stoppedHostLosesLease(t, "gcs") }
+func TestEtcdStoppedHostLosesLease(t *testing.T) { stoppedHostLosesLease(t, "etcd") }
+
+func stoppedHostLosesLease(t *testing.T, backend string) {
 	require(t, "python3")
-	emu, a, b := twoHosts(t, gcsHost{id: "host-a", onLoss: "SIGUSR1"}, gcsHost{id: "host-b", onLoss: "SIGUSR1"})
+	ns, a, b := hostsIn(t, backend, gcsHost{id: "host-a", onLoss: "SIGUSR1"}, gcsHost{id: "host-b", onLoss: "SIGUSR1"})
 
 	ha := startPython(t, lockHolder, a.path("a/.lock"))
 	tokA, lost := tokenOf(t, waitPrefix(t, ha, "held ", 15*time.Second))
@@ -744,7 +760,7 @@ func TestGCSStoppedHostLosesLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond) // a heartbeat in flight lands
-	lastBeat := emu.LastHeartbeat(t, "", "host-a")
+	lastBeat := ns.lastRefresh(t, "host-a")
 	resumed := false
 	resume := func() {
 		if !resumed {

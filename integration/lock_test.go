@@ -276,10 +276,15 @@ func gcsLockArgs(endpoint, bucket string, ttl time.Duration, args ...string) []s
 		"--lease-ttl", ttl.String()}, args...)
 }
 
-func TestLockGCS(t *testing.T) {
-	emu := startEmulator(t)
-	a := mountGCS(t, gcsHost{id: "host-a", endpoint: emu.Endpoint(), bucket: emu.Bucket})
-	gcs := func(args ...string) []string { return gcsLockArgs(emu.Endpoint(), emu.Bucket, gcsTTL, args...) }
+func TestLockGCS(t *testing.T)  { lockNoMount(t, "gcs") }
+func TestLockEtcd(t *testing.T) { lockNoMount(t, "etcd") }
+
+// lockNoMount: lockfs lock with no mount, in a multi-host backend's
+// namespace, and a mounted host exclude each other both ways.
+func lockNoMount(t *testing.T, backend string) {
+	ns := startNamespace(t, backend)
+	a := mountIn(t, ns, gcsHost{id: "host-a"})
+	gcs := func(args ...string) []string { return append(ns.lockArgs(gcsTTL), args...) }
 
 	t.Run("excludes a mounted host", func(t *testing.T) {
 		p, _ := underLock(t, gcs("a")...)
@@ -311,7 +316,7 @@ func TestLockGCS(t *testing.T) {
 		// A long TTL, so that the check that nobody takes the lock over
 		// early has time to run on a loaded machine.
 		const ttl = 15 * time.Second
-		p, _ := underLock(t, gcsLockArgs(emu.Endpoint(), emu.Bucket, ttl, "c")...)
+		p, _ := underLock(t, append(ns.lockArgs(ttl), "c")...)
 		killed := time.Now()
 		if err := syscall.Kill(p.pid(), syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -361,12 +366,18 @@ func TestLockGCS(t *testing.T) {
 			}
 			got = append(got, line)
 		}
+		// stderr is complete once the caller is reaped (stdout's end
+		// comes first).
+		select {
+		case <-caller.done:
+		case <-time.After(30 * time.Second):
+		}
 		want := []string{"told", fmt.Sprintf("exit %d", 75), "caller-alive"}
 		if strings.Join(got, "|") != strings.Join(want, "|") {
 			t.Errorf("after the lease was lost: caller printed %q, want %q; stderr %q", got, want, caller.stderr.String())
 		}
 		if !strings.Contains(caller.stderr.String(), "lost") || !strings.Contains(caller.stderr.String(), "SIGTERM") {
-			t.Errorf("lockfs lock did not say on stderr that the lock was lost: %q", caller.stderr.String())
+			t.Errorf("lockfs lock did not say on stderr that the lock was lost: %q (caller printed %q)", caller.stderr.String(), got)
 		}
 		h.kill()
 	})

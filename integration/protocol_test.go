@@ -53,12 +53,14 @@ func TestLockProtocolMatchModel(t *testing.T) {
 		mkTree(t, a.Src)
 		checkProtocol(t, a, b, false)
 	})
-	t.Run("gcs", func(t *testing.T) {
-		_, a, b := twoHosts(t, gcsHost{id: "host-a"}, gcsHost{id: "host-b"})
-		mkTree(t, a.Src)
-		mkTree(t, b.Src)
-		checkProtocol(t, a, b, true)
-	})
+	for _, backend := range multiHostBackends {
+		t.Run(backend, func(t *testing.T) {
+			_, a, b := hostsIn(t, backend, gcsHost{id: "host-a"}, gcsHost{id: "host-b"})
+			mkTree(t, a.Src)
+			mkTree(t, b.Src)
+			checkProtocol(t, a, b, true)
+		})
+	}
 	t.Run("control", func(t *testing.T) {
 		a, b := twoMounts(t, nil)
 		mkTree(t, a.Src)

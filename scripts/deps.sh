@@ -5,6 +5,7 @@
 #
 #   scripts/deps.sh run        make run, make bench: fuse3 (fusermount3), util-linux (flock)
 #   scripts/deps.sh multihost  make run-multihost: the same and python3
+#   scripts/deps.sh multihost-etcd  make run-multihost-etcd: the same and etcd
 #   scripts/deps.sh test       make test (the default): everything the tests run
 #
 # A demo installs only what it needs. A package installed here that ships a
@@ -23,10 +24,14 @@ run_needs=(
 case $profile in
 run) needs=("${run_needs[@]}") ;;
 multihost) needs=("${run_needs[@]}" python3:python3) ;;
+multihost-etcd) needs=("${run_needs[@]}" python3:python3 etcd:etcd-server) ;;
 test)
 	# setpriv runs programs as another user; gcc and the C library
 	# headers are for the race detector; promtool checks that the alert
-	# rules of docs/OPERATIONS.md can fire (integration tests).
+	# rules of docs/OPERATIONS.md can fire (integration tests); etcd and
+	# etcdctl are the real etcd server (Debian's etcd 3.4) that the etcd
+	# backend's tests start as their own members on loopback ports (its
+	# service is disabled below like prometheus's).
 	needs=(
 		"${run_needs[@]}"
 		setpriv:util-linux
@@ -36,10 +41,12 @@ test)
 		rsync:rsync
 		gcc:gcc,libc6-dev
 		promtool:prometheus
+		etcd:etcd-server
+		etcdctl:etcd-client
 	)
 	;;
 *)
-	echo "deps: unknown profile $profile (want run, multihost or test)" >&2
+	echo "deps: unknown profile $profile (want run, multihost, multihost-etcd or test)" >&2
 	exit 2
 	;;
 esac

@@ -2,19 +2,23 @@
 # Two lockfs "hosts" on one machine sharing one lock namespace through a GCS
 # bucket: builds bin/lockfs and the GCS emulator (fake-gcs-server, pinned by
 # the tool line in go.mod), starts the emulator on a free loopback port with
-# an in-memory store, creates the bucket, and mounts
+# an in-memory store, creates the bucket, and mounts (with BACKEND=etcd, or
+# make run-multihost-etcd: starts a one-member etcd server instead, Debian's
+# etcd-server, with its data in a temporary directory, and mounts with
+# --backend etcd)
 #
 #   demo/hostA/source at demo/hostA/mnt   (--host-id host-a)
 #   demo/hostB/source at demo/hostB/mnt   (--host-id host-b)
 #
-# with --backend gcs, so that flock on host A blocks flock on host B. It runs
-# in the foreground until Ctrl-C or SIGTERM, then unmounts both (each daemon
-# releases its leases first), stops the emulator and removes its logs: no
+# so that flock on host A blocks flock on host B. It runs in the foreground
+# until Ctrl-C or SIGTERM, then unmounts both (each daemon releases its
+# leases first), stops the emulator or etcd and removes its data and logs: no
 # process, mount or temporary file is left behind. The demo trees stay (make
 # clean removes them).
 #
 # Environment: GO (go command), LDFLAGS (for bin/lockfs), LEASE_TTL (default
-# 10s: a killed host's locks are taken over after it).
+# 10s: a killed host's locks are taken over after it), BACKEND (gcs, the
+# default, or etcd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,11 +28,24 @@ bucket=lockfs-demo
 bin=bin/lockfs
 emu=bin/fake-gcs-server
 hosts=(A B)
+backend=${BACKEND:-gcs}
+case $backend in
+gcs | etcd) ;;
+*)
+	echo "run-multihost: BACKEND=$backend: want gcs or etcd" >&2
+	exit 2
+	;;
+esac
 
 mkdir -p bin
-echo "run-multihost: building $bin and $emu (the emulator takes a minute the first time)"
-"$GO" build -tags "${TAGS:-disable_grpc_modules}" -ldflags "${LDFLAGS:-}" -o "$bin" ./cmd/lockfs
-"$GO" build -o "$emu" github.com/fsouza/fake-gcs-server
+if [[ $backend == gcs ]]; then
+	echo "run-multihost: building $bin and $emu (the emulator takes a minute the first time)"
+	"$GO" build -tags "${TAGS:-disable_grpc_modules}" -ldflags "${LDFLAGS:-}" -o "$bin" ./cmd/lockfs
+	"$GO" build -o "$emu" github.com/fsouza/fake-gcs-server
+else
+	echo "run-multihost: building $bin"
+	"$GO" build -tags "${TAGS:-disable_grpc_modules}" -ldflags "${LDFLAGS:-}" -o "$bin" ./cmd/lockfs
+fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/lockfs-multihost.XXXXXX")
 emu_pid=""
@@ -108,14 +125,48 @@ for h in "${hosts[@]}"; do
 	fi
 done
 
-# The emulator and the daemons run in sessions of their own (setsid): a
-# terminal's Ctrl-C, or a signal to make's process group, reaches only this
-# script, which stops the daemons first (they release their leases) and the
-# emulator last.
+# The emulator (or etcd) and the daemons run in sessions of their own
+# (setsid): a terminal's Ctrl-C, or a signal to make's process group, reaches
+# only this script, which stops the daemons first (they release their
+# leases) and the emulator or etcd last.
 #
+# etcd: one member on free loopback ports, its data in $tmp.
+start_etcd() {
+	local attempt cport pport
+	for attempt in 1 2 3 4 5; do
+		cport=$((20000 + RANDOM % 40000)) pport=$((20000 + RANDOM % 40000))
+		if (: </dev/tcp/127.0.0.1/$cport) 2>/dev/null || (: </dev/tcp/127.0.0.1/$pport) 2>/dev/null; then continue; fi
+		setsid etcd --name demo --data-dir "$tmp/etcd" \
+			--listen-client-urls "http://127.0.0.1:$cport" --advertise-client-urls "http://127.0.0.1:$cport" \
+			--listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+			--initial-cluster "demo=http://127.0.0.1:$pport" --logger zap --log-outputs stderr --log-level warn \
+			>"$tmp/etcd.log" 2>&1 &
+		emu_pid=$!
+		for _ in $(seq 150); do
+			kill -0 "$emu_pid" 2>/dev/null || break
+			if http GET "http://127.0.0.1:$cport/health" 2>/dev/null | grep -q '"health":"true"'; then
+				port=$cport
+				return 0
+			fi
+			sleep 0.1
+		done
+		kill -KILL "$emu_pid" 2>/dev/null || true
+		wait "$emu_pid" 2>/dev/null || true
+		emu_pid=""
+	done
+	echo "run-multihost: etcd did not start; its output:" >&2
+	cat "$tmp/etcd.log" >&2
+	exit 1
+}
+if [[ $backend == etcd ]]; then
+	command -v etcd >/dev/null || { echo "run-multihost: etcd is not installed (make deps installs etcd-server)" >&2; exit 1; }
+	start_etcd
+fi
+
 # The emulator, on a free loopback port (retried if the port is taken
 # between the check and the start).
 for attempt in 1 2 3 4 5; do
+	[[ $backend == gcs ]] || break
 	port=$((20000 + RANDOM % 40000))
 	if (: </dev/tcp/127.0.0.1/$port) 2>/dev/null; then continue; fi # in use
 	setsid "$emu" -scheme http -host 127.0.0.1 -port "$port" -backend memory \
@@ -136,7 +187,16 @@ if [[ -z $emu_pid ]]; then
 	exit 1
 fi
 base=http://127.0.0.1:$port
-http POST "$base/storage/v1/b?project=test" "{\"name\":\"$bucket\"}" >/dev/null
+if [[ $backend == gcs ]]; then
+	http POST "$base/storage/v1/b?project=test" "{\"name\":\"$bucket\"}" >/dev/null
+	backend_args=(--backend gcs --gcs-bucket "$bucket" --gcs-endpoint "$base/storage/v1/")
+	where="the bucket $bucket of a GCS
+emulator at $base"
+else
+	backend_args=(--backend etcd --etcd-endpoints "$base" --etcd-prefix lockfs-demo/)
+	where="the prefix lockfs-demo/ of the etcd
+server at $base"
+fi
 
 # The two hosts' trees and mounts.
 for h in "${hosts[@]}"; do
@@ -144,7 +204,7 @@ for h in "${hosts[@]}"; do
 	mkdir -p "$src/projects/alpha" "$src/projects/beta" "$src/shared" "$mnt"
 	[[ -e $src/projects/alpha/README ]] || echo "project alpha, as host $h sees it" >"$src/projects/alpha/README"
 	id=host-${h,,}
-	setsid "$bin" mount --backend gcs --gcs-bucket "$bucket" --gcs-endpoint "$base/storage/v1/" \
+	setsid "$bin" mount "${backend_args[@]}" \
 		--lease-ttl "$ttl" --host-id "$id" "$src" "$mnt" >"$tmp/host$h.log" 2>&1 &
 	daemon[$h]=$!
 done
@@ -165,8 +225,7 @@ done
 A=demo/hostA/mnt B=demo/hostB/mnt
 cat <<MSG
 
-lockfs multi-host demo: two daemons ("hosts") share the bucket $bucket of a GCS
-emulator at $base (lease TTL $ttl).
+lockfs multi-host demo: two daemons ("hosts") share $where (lease TTL $ttl).
 
   host A: demo/hostA/source at $A   (host-a, daemon pid ${daemon[A]})
   host B: demo/hostB/source at $B   (host-b, daemon pid ${daemon[B]})
@@ -184,7 +243,7 @@ one lock. Try, from other shells in $PWD:
 
   kill -9 ${daemon[A]}    # host A crashes: B gets its locks after the TTL ($ttl)
 
-Ctrl-C here stops both hosts and the emulator.
+Ctrl-C here stops both hosts and the $backend server.
 MSG
 
 # Until a signal (the traps run cleanup). A daemon that dies (kill -9 above)
@@ -197,7 +256,7 @@ while ((${#live[@]} > 0)); do
 	for h in "${live[@]}"; do pids+=("${daemon[$h]}"); done
 	wait -n "${pids[@]}" "$emu_pid"
 	if ! kill -0 "$emu_pid" 2>/dev/null; then
-		echo "run-multihost: the emulator exited; stopping" >&2
+		echo "run-multihost: the $backend server exited; stopping" >&2
 		exit 1
 	fi
 	still=()

@@ -14,7 +14,7 @@ import (
 )
 
 // backends are the values --backend accepts.
-var backends = []string{"local", "gcs"}
+var backends = []string{"local", "gcs", "etcd"}
 
 // gcsFlags are the flags of the gcs backend.
 type gcsFlags struct {
@@ -73,14 +73,17 @@ func (v lockDelayValue) config() time.Duration {
 }
 
 // lockDelayUsage is --lock-delay's help.
-const lockDelayUsage = "gcs: after a host's session is declared dead (crash, pause, partition; not a clean release or lockfs break), " +
+const lockDelayUsage = "gcs, etcd: after a host's session is declared dead (crash, pause, partition; not a clean release or lockfs break), " +
 	"keep its locks from other hosts this much longer, so that a paused host stops its holders first (ttl: the lease TTL; 0: off)"
 
 // validate checks the gcs flags against the chosen backend.
 func (g gcsFlags) validate(backend string) error {
 	if backend != "gcs" {
-		if g.bucket != "" || g.prefix != "" || g.endpoint != "" || g.hostID != "" || g.lockDelay.set {
-			return usagef("--gcs-*, --host-id and --lock-delay flags need --backend gcs")
+		if g.bucket != "" || g.prefix != "" || g.endpoint != "" {
+			return usagef("--gcs-* flags need --backend gcs")
+		}
+		if (g.hostID != "" || g.lockDelay.set) && backend != "etcd" {
+			return usagef("--host-id and --lock-delay need --backend gcs or etcd")
 		}
 		return nil
 	}
@@ -109,6 +112,8 @@ func (g gcsFlags) config(log logrus.FieldLogger) gcsbackend.Config {
 // reads the request counters, for metrics.
 func newBackend(mf mountFlags, source string, log logrus.FieldLogger) (lockmgr.Backend, string, func() []metrics.Count, error) {
 	switch mf.backend {
+	case "etcd":
+		return newEtcdBackend(mf, log)
 	case "gcs":
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -171,7 +176,11 @@ func gcsCounts(s gcsbackend.Stats) []metrics.Count {
 
 // describeBackend is the backend as the startup log line names it.
 func describeBackend(mf mountFlags, hostID string) string {
-	if mf.backend != "gcs" {
+	switch mf.backend {
+	case "etcd":
+		return mf.etcd.describe() + " host=" + hostID
+	case "gcs":
+	default:
 		return mf.backend
 	}
 	s := fmt.Sprintf("gcs bucket=%s", mf.gcs.bucket)

@@ -56,6 +56,9 @@ func newDoctorCmd() *cobra.Command {
 			if err := mf.gcs.validate(mf.backend); err != nil {
 				return err
 			}
+			if err := mf.etcd.validate(mf.backend, mf.gcs.ttl); err != nil {
+				return err
+			}
 			results := runDoctor(mf, args)
 			if err := printDoctor(cmd.OutOrStdout(), results); err != nil {
 				return err
@@ -107,6 +110,9 @@ func runDoctor(mf mountFlags, args []string) []checkResult {
 	}
 	if mf.backend == "gcs" {
 		add("gcs bucket "+mf.gcs.bucket, doctorGCS(mf), "locks can be kept there (probe written, read and deleted)")
+	}
+	if mf.backend == "etcd" {
+		add("etcd cluster "+mf.etcd.endpoints, doctorEtcd(mf), "locks can be kept there (probe written, read and deleted; a lease granted and revoked)")
 	}
 	return out
 }
@@ -171,6 +177,18 @@ func doctorGCS(mf mountFlags) error {
 	}
 	defer b.Close()
 	return b.Check(ctx)
+}
+
+// doctorEtcd proves the etcd cluster usable, as lockfs mount does before
+// mounting.
+func doctorEtcd(mf mountFlags) error {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	b, _, _, err := newEtcdBackend(mf, log)
+	if err != nil {
+		return err
+	}
+	return b.Close()
 }
 
 // printDoctor writes the results as aligned columns.

@@ -64,7 +64,11 @@ TARGET is one of:
   --backend gcs --gcs-bucket B [--gcs-prefix P] DIR
                            no mount: the gcs backend in this process, in the
                            namespace of the hosts that mount bucket B, prefix P;
-                           DIR is relative to the namespace's root.
+                           DIR is relative to the namespace's root;
+  --backend etcd --etcd-endpoints URL,... [--etcd-prefix P] DIR
+                           no mount: the etcd backend in this process, in the
+                           namespace of the hosts that mount that cluster and
+                           prefix; DIR is relative to the namespace's root.
 
 COMMAND may also be given as -c 'command line' (before or right after
 TARGET), run with sh -c. Flags end at TARGET: what follows is COMMAND's.
@@ -100,7 +104,8 @@ const lockExample = `  lockfs lock /mnt/projects/alpha -- make deploy           
   lockfs lock -n /mnt/projects/alpha -c 'echo got it'         # fail at once if held
   lockfs lock /mnt/projects/alpha/.lock_newdir -- mkdir new   # the kind from the control file
   lockfs lock --source /srv/projects alpha -- ./deploy.sh     # no mount
-  lockfs lock --backend gcs --gcs-bucket acme-locks alpha -- ./deploy.sh`
+  lockfs lock --backend gcs --gcs-bucket acme-locks alpha -- ./deploy.sh
+  lockfs lock --backend etcd --etcd-endpoints http://etcd-1:2379 alpha -- ./deploy.sh`
 
 // lockFlags are the flags of "lockfs lock".
 type lockFlags struct {
@@ -119,6 +124,7 @@ type lockFlags struct {
 	source            string
 	backend           string
 	gcs               gcsFlags
+	etcd              etcdFlags
 }
 
 func newLockCmd() *cobra.Command {
@@ -161,13 +167,14 @@ func newLockCmd() *cobra.Command {
 	durationVarP(fs, &lf.killAfter, "kill-after", "", 10*time.Second, "after a lost lock's SIGTERM, SIGKILL COMMAND's process group this much later")
 	fs.StringVarP(&lf.shellCommand, "command", "c", "", "run this command line with sh -c instead of COMMAND")
 	fs.StringVar(&lf.source, "source", "", "no mount: lock in the local backend's files of this SOURCE directory")
-	fs.StringVar(&lf.backend, "backend", "", "no mount: gcs, with --gcs-bucket")
+	fs.StringVar(&lf.backend, "backend", "", "no mount: gcs, with --gcs-bucket, or etcd, with --etcd-endpoints")
 	fs.StringVar(&lf.gcs.bucket, "gcs-bucket", "", "gcs: the bucket holding the lock leases")
 	fs.StringVar(&lf.gcs.prefix, "gcs-prefix", "", "gcs: object name prefix of the namespace")
 	fs.StringVar(&lf.gcs.endpoint, "gcs-endpoint", "", "gcs: a GCS emulator's JSON API URL (turns authentication off)")
 	durationVarP(fs, &lf.gcs.ttl, "lease-ttl", "", 30*time.Second, "gcs: lease time to live, at least 100ms; the lock is lost if lockfs lock cannot refresh it for this long")
 	fs.StringVar(&lf.gcs.hostID, "host-id", "", "gcs: this process's host name in the bucket (default: hostname plus a random suffix)")
 	fs.Var(&lf.gcs.lockDelay, "lock-delay", lockDelayUsage)
+	lf.etcd.register(fs, "etcd")
 	completeValues(cmd, "kind", kinds...)
 	completeValues(cmd, "backend", lockBackends...)
 	return cmd
@@ -175,7 +182,7 @@ func newLockCmd() *cobra.Command {
 
 // lockBackends are the values lockfs lock's --backend accepts: the local
 // backend is --source.
-var lockBackends = []string{"gcs"}
+var lockBackends = []string{"gcs", "etcd"}
 
 // lockRequest is a validated "lockfs lock" command line.
 type lockRequest struct {
@@ -240,16 +247,19 @@ func parseLockArgs(lf lockFlags, args []string) (lockRequest, error) {
 		r.mode = lockmgr.Shared
 	}
 	switch {
-	case lf.backend != "" && lf.backend != "gcs":
-		return r, usagef("--backend %q: lockfs lock takes --backend gcs, or --source SOURCE for the local backend", lf.backend)
-	case lf.backend == "gcs" && lf.source != "":
-		return r, usagef("--source and --backend gcs exclude each other")
+	case lf.backend != "" && !contains(lockBackends, lf.backend):
+		return r, usagef("--backend %q: lockfs lock takes --backend gcs or etcd, or --source SOURCE for the local backend", lf.backend)
+	case lf.backend != "" && lf.source != "":
+		return r, usagef("--source and --backend %s exclude each other", lf.backend)
 	}
 	backend := lf.backend
 	if backend == "" {
 		backend = "local"
 	}
 	if err := lf.gcs.validate(backend); err != nil {
+		return r, err
+	}
+	if err := lf.etcd.validate(backend, lf.gcs.ttl); err != nil {
 		return r, err
 	}
 	if len(args) == 0 {
@@ -309,8 +319,8 @@ type locker interface {
 // newLocker builds the locker for TARGET and the backend flags.
 func newLocker(lf lockFlags, r lockRequest) (locker, error) {
 	switch {
-	case lf.backend == "gcs":
-		return newEngineLocker(mountFlags{backend: "gcs", gcs: lf.gcs}, "", r.target, r.kind)
+	case lf.backend != "":
+		return newEngineLocker(mountFlags{backend: lf.backend, gcs: lf.gcs, etcd: lf.etcd}, "", r.target, r.kind)
 	case lf.source != "":
 		return newEngineLocker(mountFlags{backend: "local"}, lf.source, r.target, r.kind)
 	default:

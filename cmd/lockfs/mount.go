@@ -41,10 +41,12 @@ signal retries) and exits 0.
 below is also an option, spelled with - or _ (-o backend=gcs,gcs_bucket=B,
 allow_other); mount(8)'s generic options (rw, _netdev, nofail, x-*...) are
 ignored. A flag given on the command line wins over the same option in -o.
-Durations are seconds (30) or Go durations (30s, 2m, 1h30m).`
+Durations are seconds (30) or Go durations (30s, 2m, 1h30m). In -o, separate
+etcd endpoints with ; (a comma ends the option).`
 
 const mountExample = `  lockfs mount /srv/projects /mnt/projects
   lockfs mount -o backend=gcs,gcs_bucket=my-locks /srv/projects /mnt/projects
+  lockfs mount --backend etcd --etcd-endpoints http://etcd-1:2379,http://etcd-2:2379 /srv/projects /mnt/projects
   flock /mnt/projects/alpha/.lock -c 'make deploy'     # exclusive
   flock -s /mnt/projects/alpha/.lock -c 'make check'   # shared
   cat /mnt/projects/alpha/.lock                        # who holds it`
@@ -99,6 +101,7 @@ type mountFlags struct {
 	maxOpen     int
 	keepShared  time.Duration
 	gcs         gcsFlags
+	etcd        etcdFlags
 }
 
 // addMountFlags declares the flags of "lockfs mount" on fs. Each is also
@@ -126,6 +129,7 @@ func addMountFlags(fs *pflag.FlagSet, mf *mountFlags) {
 	durationVarP(fs, &mf.gcs.ttl, "lease-ttl", "", gcsbackend.DefaultTTL, "gcs backend: lease time to live, at least 100ms: a crashed host's locks are taken over this long after its last heartbeat, which runs every TTL/3; a host that cannot refresh within it marks its locks lost")
 	fs.StringVar(&mf.gcs.hostID, "host-id", "", "gcs backend: this host's name in the bucket (default: hostname plus a random suffix)")
 	fs.Var(&mf.gcs.lockDelay, "lock-delay", lockDelayUsage)
+	mf.etcd.register(fs, "etcd backend")
 }
 
 func newMountCmd() *cobra.Command {
@@ -178,6 +182,9 @@ func runMount(mf mountFlags, source, mountpoint string, stderr io.Writer) error 
 		return usagef("--readahead-kb %d: want 0 (leave the kernel's) or a size in KiB", mf.readaheadKB)
 	}
 	if err := mf.gcs.validate(mf.backend); err != nil {
+		return err
+	}
+	if err := mf.etcd.validate(mf.backend, mf.gcs.ttl); err != nil {
 		return err
 	}
 	lossSig, err := parseSignal(mf.onLeaseLoss)
