@@ -222,7 +222,8 @@ func fmtSummary(s summary, unit string) string {
 }
 
 // RequiredKeys are the keys every run writes (issue 5): a number each, or
-// null for the GCS keys when gcs_unavailable_reason says why.
+// null for the GCS keys when gcs_unavailable_reason says why (the etcd keys
+// when etcd_unavailable_reason does).
 var RequiredKeys = []string{
 	"lock_pair_us", "noop_fuse_lock_pair_us", "kernel_lock_pair_us", "lock_pair_ratio_vs_noop",
 	"handoff_p99_us", "poll_handoff_p99_us", "handoff_ratio_vs_poll",
@@ -230,6 +231,8 @@ var RequiredKeys = []string{
 	"seq_read_ratio_vs_backing", "seq_write_ratio_vs_backing",
 	"meta_ops_ratio_vs_gofuse", "meta_ops_ratio_vs_gofuse_default_permissions",
 	"tree_walk_ratio_vs_gofuse", "rss_after_forget_mb",
+	"etcd_handoff_cross_host_p99_ms", "etcd_acquire_ms_depth4", "etcd_requests_per_acquire_depth4",
+	"etcd_requests_per_warm_reacquire",
 	"gcs_writes_per_acquire", "gcs_writes_per_release", "gcs_requests_local_handoff",
 	"gcs_refreshes_per_ttl", "gcs_takeover_s_minus_ttl", "gcs_takeover_s_after_kill_minus_ttl", "gcs_want_noticed_s",
 	"gcs_writes_cold_acquire_release_depth4", "gcs_writes_per_warm_iteration_depth4",

@@ -13,7 +13,7 @@ import (
 
 // Measurements are the names of the harness's measurements, in the order
 // they run; Config.Only selects among them.
-var Measurements = []string{"lockpair", "cycle", "disjoint", "handoff", "fair", "held", "seq", "meta", "tree", "gcs", "gcsfleet", "gcssim", "gcsheld"}
+var Measurements = []string{"lockpair", "cycle", "disjoint", "handoff", "fair", "held", "seq", "meta", "tree", "gcs", "gcsfleet", "gcssim", "gcsheld", "etcd"}
 
 // runner is one run: its configuration, work directory, helper binaries,
 // shared mounts and results.
@@ -88,6 +88,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		"gcsfleet": r.gcsFleet,
 		"gcssim":   r.gcsSim,
 		"gcsheld":  r.gcsHeld,
+		"etcd":     r.etcd,
 	}
 	var errs []error
 	for _, name := range Measurements {

@@ -1,0 +1,260 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/lockfs/lockfs/etcdbackend"
+	"github.com/lockfs/lockfs/etcdbackend/etcdtest"
+	"github.com/lockfs/lockfs/gcsbackend"
+	"github.com/lockfs/lockfs/lockmgr"
+)
+
+// etcd: the etcd backend, in this process, on a one-member etcd server
+// (Debian's etcd-server) on loopback, and the references measured in the
+// same run.
+//
+// Keys:
+//   - etcd_handoff_cross_host_p99_ms, _p50_ms: from host A's release of an
+//     exclusive claim on gcsLock (depth 4) to the grant of host B's claim,
+//     which was waiting for it; the hosts swap roles each time. Reference
+//     gcs_handoff_cross_host_p99_ms: the same between two gcs backends on
+//     the GCS emulator (fewer hand-offs: each takes about a poll).
+//   - etcd_acquire_ms_depth4 (_min, _max): a cold, uncontended exclusive
+//     claim of a fresh depth-4 lock, the session running. Reference
+//     etcd_mutex_lock_ms: concurrency.Mutex.Lock of a fresh key, its
+//     session running: what `etcdctl lock` does, one flat key.
+//   - etcd_requests_per_acquire_depth4: the requests of that claim;
+//     etcd_requests_per_warm_reacquire: of a release and re-claim on the
+//     same host with nobody else wanting the lock (keep-alives apart).
+func (r *runner) etcd(ctx context.Context) error {
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		r.nullKeys("etcd", etcdKeys, fmt.Sprintf("the etcd server is not installed (apt-get install etcd-server; make deps installs it): %v", err))
+		return nil
+	}
+	c, err := etcdtest.Launch(bin, filepath.Join(r.work, "etcd"), 1)
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	e := &etcdRun{r: r, eps: c.Endpoints()}
+	for _, step := range []func(context.Context) error{e.acquire, e.mutex, e.handoff, e.gcsHandoff} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	e.report()
+	return nil
+}
+
+// etcdKeys are the keys the etcd measurement produces.
+var etcdKeys = []string{
+	"etcd_handoff_cross_host_p99_ms", "etcd_handoff_cross_host_p50_ms", "gcs_handoff_cross_host_p99_ms",
+	"etcd_acquire_ms_depth4", "etcd_mutex_lock_ms",
+	"etcd_requests_per_acquire_depth4", "etcd_requests_per_warm_reacquire",
+}
+
+// etcdRun is the state of the etcd measurement.
+type etcdRun struct {
+	r   *runner
+	eps []string
+	seq int
+
+	acquireMs, mutexMs, handoffMs, gcsHandoffMs []float64
+	reqAcquire, reqWarm                         []float64
+}
+
+// reps is the number of repetitions of the cheap steps.
+func (e *etcdRun) reps() int { return 20 * e.r.cfg.GCSReps }
+
+func (e *etcdRun) backend(prefix string) (*etcdbackend.Backend, error) {
+	e.seq++
+	return etcdbackend.New(etcdbackend.Config{Endpoints: e.eps, Prefix: prefix, TTL: 10 * time.Second,
+		HostID: fmt.Sprintf("bench-%d", e.seq)})
+}
+
+func etcdClaim(ctx context.Context, b lockmgr.Backend, path string, wait bool) (lockmgr.Lease, error) {
+	return b.Claim(ctx, lockmgr.LockID{Path: path, Kind: lockmgr.KindDir}, lockmgr.Exclusive, wait)
+}
+
+// quiet is the requests so far, keep-alives apart.
+func quiet(b *etcdbackend.Backend) float64 {
+	s := b.Stats()
+	return float64(s.Requests - s.KeepAlives)
+}
+
+// acquire: cold claims of fresh depth-4 locks, then warm rounds of one.
+func (e *etcdRun) acquire(ctx context.Context) error {
+	b, err := e.backend("bench-acquire/")
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	l, err := etcdClaim(ctx, b, "start", false) // starts the session
+	if err != nil {
+		return err
+	}
+	l.Release(ctx)
+	for i := range e.reps() {
+		path := fmt.Sprintf("r%d/b/c/d", i)
+		n0, t0 := quiet(b), time.Now()
+		l, err := etcdClaim(ctx, b, path, false)
+		if err != nil {
+			return err
+		}
+		e.acquireMs = append(e.acquireMs, float64(time.Since(t0).Microseconds())/1000)
+		e.reqAcquire = append(e.reqAcquire, quiet(b)-n0)
+		l.Release(ctx)
+		n0 = quiet(b)
+		if l, err = etcdClaim(ctx, b, path, false); err != nil {
+			return err
+		}
+		l.Release(ctx)
+		e.reqWarm = append(e.reqWarm, quiet(b)-n0)
+	}
+	return nil
+}
+
+// mutex: the reference, concurrency.Mutex.Lock of a fresh key.
+func (e *etcdRun) mutex(ctx context.Context) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for i := range e.reps() {
+		m := concurrency.NewMutex(s, fmt.Sprintf("bench-mutex/%d", i))
+		t0 := time.Now()
+		if err := m.Lock(ctx); err != nil {
+			return err
+		}
+		e.mutexMs = append(e.mutexMs, float64(time.Since(t0).Microseconds())/1000)
+		if err := m.Unlock(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// handoff: hosts A and B pass gcsLock back and forth.
+func (e *etcdRun) handoff(ctx context.Context) error {
+	var hosts [2]lockmgr.Backend
+	for i := range hosts {
+		b, err := e.backend("bench-handoff/")
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		hosts[i] = b
+	}
+	ms, err := crossHostHandoffs(ctx, hosts, e.reps())
+	e.handoffMs = ms
+	return err
+}
+
+// gcsHandoff: the reference, the same between two gcs backends on the
+// emulator.
+func (e *etcdRun) gcsHandoff(ctx context.Context) error {
+	bin, err := emulatorBinary(ctx, e.r.modDir)
+	if err != nil {
+		e.r.logf("etcd: no gcs reference: cannot build the GCS emulator: %v", err)
+		return nil
+	}
+	emu, err := startEmulator(ctx, bin, e.r.logDir, gcsBucket)
+	if err != nil {
+		return err
+	}
+	defer emu.stop(time.Second)
+	var hosts [2]lockmgr.Backend
+	for i := range hosts {
+		b, err := gcsbackend.New(ctx, gcsbackend.Config{Bucket: gcsBucket, Prefix: "bench-handoff/",
+			Endpoint: emu.url, TTL: 10 * time.Second, HostID: fmt.Sprintf("gcs-bench-%d", i)})
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		hosts[i] = b
+	}
+	ms, err := crossHostHandoffs(ctx, hosts, max(2, e.r.cfg.GCSReps*2))
+	e.gcsHandoffMs = ms
+	return err
+}
+
+// crossHostHandoffs passes gcsLock n times between two hosts: the holder
+// releases while the other waits for it; it returns each hand-off's time
+// from the release call to the grant, in ms.
+func crossHostHandoffs(ctx context.Context, hosts [2]lockmgr.Backend, n int) ([]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	held, err := etcdClaim(ctx, hosts[0], gcsLock, true)
+	if err != nil {
+		return nil, err
+	}
+	var out []float64
+	for i := range n {
+		next := hosts[(i+1)%2]
+		type grant struct {
+			l   lockmgr.Lease
+			at  time.Time
+			err error
+		}
+		got := make(chan grant, 1)
+		go func() {
+			l, err := etcdClaim(ctx, next, gcsLock, true)
+			got <- grant{l, time.Now(), err}
+		}()
+		time.Sleep(100 * time.Millisecond) // the waiter is waiting, its want seen
+		t0 := time.Now()
+		if err := held.Release(ctx); err != nil {
+			return out, err
+		}
+		g := <-got
+		if g.err != nil {
+			return out, g.err
+		}
+		out = append(out, float64(g.at.Sub(t0).Microseconds())/1000)
+		held = g.l
+	}
+	return out, held.Release(ctx)
+}
+
+func (e *etcdRun) report() {
+	r := e.r
+	put := func(key string, xs []float64) summary {
+		s := summarize(xs)
+		r.res.setSummary(key, s)
+		return s
+	}
+	acq, mu := put("etcd_acquire_ms_depth4", e.acquireMs), put("etcd_mutex_lock_ms", e.mutexMs)
+	reqA, reqW := put("etcd_requests_per_acquire_depth4", e.reqAcquire), put("etcd_requests_per_warm_reacquire", e.reqWarm)
+	r.res.set("etcd_handoff_cross_host_p99_ms", percentile(e.handoffMs, 99))
+	r.res.set("etcd_handoff_cross_host_p50_ms", percentile(e.handoffMs, 50))
+	r.res.set("gcs_handoff_cross_host_p99_ms", percentile(e.gcsHandoffMs, 99))
+	row := func(name, key, val, ref string, gl *goal) {
+		gt, met := r.res.met(key, gl)
+		r.res.addRow(Row{name, val, ref, "", gt, met})
+	}
+	p99, _ := r.res.Value("etcd_handoff_cross_host_p99_ms")
+	p50, _ := r.res.Value("etcd_handoff_cross_host_p50_ms")
+	g99, _ := r.res.Value("gcs_handoff_cross_host_p99_ms")
+	ten, three, two, zero := atMost(10), atMost(3), atMost(2), equal(0)
+	row(fmt.Sprintf("etcd hand-off between 2 hosts, p99 ms (%d hand-offs; p50 %s)", len(e.handoffMs), fmtNum(p50)),
+		"etcd_handoff_cross_host_p99_ms", fmtNum(p99), fmt.Sprintf("gcs on the emulator: %s ms (%d)", fmtNum(g99), len(e.gcsHandoffMs)), &ten)
+	row("etcd cold acquire, depth 4, ms", "etcd_acquire_ms_depth4", fmtSummary(acq, ""),
+		fmt.Sprintf("concurrency.Mutex.Lock (etcdctl lock), 1 key: %s ms", fmtSummary(mu, "")), &three)
+	row("etcd requests per cold acquire, depth 4", "etcd_requests_per_acquire_depth4", fmtSummary(reqA, ""), "", &two)
+	row("etcd requests per warm re-acquire", "etcd_requests_per_warm_reacquire", fmtSummary(reqW, ""), "", &zero)
+}
