@@ -131,7 +131,7 @@ func (b *Backend) scanFor(ctx context.Context, id lockmgr.LockID, name string, m
 				}
 			}
 			if t := s.rec.Next; withOwn && t != nil && t.Session != self {
-				if c, ok := b.turnInWay(obj, t, id, mode); ok {
+				if c, ok := b.turnInWay(ctx, obj, t, id, mode); ok {
 					cs = append(cs, c)
 				}
 			}
@@ -528,7 +528,7 @@ func (b *Backend) dropRec(ctx context.Context, r *ownRec, forget bool) error {
 	if base.gen != 0 && !uncertain { // a late write is not in base: read
 		o.base = &base
 	}
-	next := b.nextTurn(r)
+	next := b.nextTurn(ctx, r)
 	res, err := b.mutate(ctx, r.name, o, func(cur snapshot) (*record, error) {
 		if cur.rec.find(self) == nil {
 			return nil, errNoChange

@@ -94,7 +94,8 @@ type record struct {
 // object: the holder that gave its record up for waiters names the one
 // whose wait began first, and other hosts' claims that conflict with what
 // it waits for let it go first, for at most turnGrace after they first see
-// it (the named waiter may have given up). Its own claim write clears it.
+// it, and while the waiter's want is there (a waiter that gives up deletes
+// it). Its own claim write clears it.
 // So turns across hosts follow the order in which hosts asked (SPEC §2.7),
 // at no request: the drop writes the object anyway.
 type turn struct {
@@ -103,6 +104,7 @@ type turn struct {
 	Lock    string `json:"lock"` // what it waits for (LockID.String)
 	Mode    string `json:"mode"`
 	Since   int64  `json:"since_ms"` // when its wait began, on its wall clock
+	Want    string `json:"want"`     // its want object: the turn stands while it is there
 	ID      string `json:"id"`       // tells one turn from the next
 }
 

@@ -1,9 +1,11 @@
 package gcsbackend
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -446,36 +448,42 @@ func (b *Backend) dropIdle(s *session) {
 func (c Config) turnGrace() time.Duration { return max(2*c.WantPoll, 2*pollMax) }
 
 // nextTurn returns the turn to write when r's record is dropped: the
-// waiter, among the wants for r's object, whose wait began first (then the
-// lower session id); nil if nobody asked for it.
-func (b *Backend) nextTurn(r *ownRec) *turn {
+// waiter, among the wants for r's object that still stand (one read each,
+// in order, until one does: the last listing may be a poll old), whose wait
+// began first (then the lower session id); nil if nobody waits for it.
+func (b *Backend) nextTurn(ctx context.Context, r *ownRec) *turn {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !r.wanted {
-		return nil
+	var cands []want
+	if r.wanted {
+		for _, w := range b.wants {
+			if w.object == r.name && r.wantedBy[w.waiter] && !b.isDead(w.waiter) {
+				cands = append(cands, w)
+			}
+		}
 	}
-	var first *want
-	for i := range b.wants {
-		w := &b.wants[i]
-		if w.object != r.name || !r.wantedBy[w.waiter] || b.isDead(w.waiter) {
+	b.mu.Unlock()
+	slices.SortFunc(cands, func(x, y want) int {
+		if c := cmp.Compare(x.since, y.since); c != 0 {
+			return c
+		}
+		return strings.Compare(x.waiter, y.waiter)
+	})
+	for i := range cands {
+		w := &cands[i]
+		if !b.wantStands(ctx, w) {
 			continue
 		}
-		if first == nil || w.since < first.since || (w.since == first.since && w.waiter < first.waiter) {
-			first = w
-		}
+		return &turn{Session: w.waiter, Host: w.host, Lock: w.lock.String(), Mode: modeName(w.mode),
+			Since: w.since, Want: w.name, ID: randomHex(4)}
 	}
-	if first == nil {
-		return nil
-	}
-	return &turn{Session: first.waiter, Host: first.host, Lock: first.lock.String(), Mode: modeName(first.mode),
-		Since: first.since, ID: randomHex(4)}
+	return nil
 }
 
 // turnInWay reports whether turn t, found in object obj, is in the way of
 // a claim of id in mode: what its waiter waits for conflicts with the
 // claim, its waiter is not known dead, and this host first saw it less
 // than turnGrace ago. It returns the turn as a conflict.
-func (b *Backend) turnInWay(obj string, t *turn, id lockmgr.LockID, mode lockmgr.Mode) (claimRef, bool) {
+func (b *Backend) turnInWay(ctx context.Context, obj string, t *turn, id lockmgr.LockID, mode lockmgr.Mode) (claimRef, bool) {
 	tid, err := parseLockID(t.Lock)
 	if err != nil || !hierConflict(id, mode, tid, parseMode(t.Mode)) || b.isDead(t.Session) {
 		return claimRef{}, false
@@ -495,8 +503,21 @@ func (b *Backend) turnInWay(obj string, t *turn, id lockmgr.LockID, mode lockmgr
 	}
 	b.obs.mu.Unlock()
 	end := first + b.cfg.turnGrace()
-	if now >= end {
+	if now >= end || first < 0 {
 		return claimRef{}, false
+	}
+	if t.Want != "" {
+		// The turn stands while its waiter waits: its want is there. A
+		// waiter that gave up (or a process that ended) deletes it.
+		rctx, cancel := b.requestCtx(ctx, 0)
+		gen, oc, _ := b.generation(rctx, t.Want)
+		cancel()
+		if oc == outcomeOK && gen == 0 {
+			b.obs.mu.Lock()
+			b.obs.turns[key] = -1 // gone for good
+			b.obs.mu.Unlock()
+			return claimRef{}, false
+		}
 	}
 	return claimRef{object: obj, session: t.Session, host: t.Host, mode: parseMode(t.Mode), since: t.Since, turn: true, turnEnd: end}, true
 }
