@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,12 +77,15 @@ import (
 // and drops it from the table, but grants nothing: the woken process takes
 // the lock when it runs, and anyone who asks first, the engine's next claim
 // of the same file included, overtakes it (on a loaded host, half the
-// time). So the next claim of that file that waits first waits
-// (awaitTurn), polling the table every millisecond or so, while one of
-// those waiters is woken and has not run yet: alive, neither holding nor
-// blocked on the file. It waits at most yieldTurn, then claims as usual
-// and, finding the lock taken, queues in the kernel behind them. A claim
-// without wait does not wait for them.
+// time). And a waiter that another holder still blocks (an exclusive
+// request behind another daemon's shared claim) would be overtaken by a
+// shared claim of ours, which the kernel grants beside that holder. So the
+// next claim of that file that waits first waits (awaitTurn), polling the
+// table every millisecond or so (up to 5 ms), while one of those waiters
+// is still blocked on the file, or, up to yieldTurn after the release,
+// woken and not run yet (alive, neither holding nor blocked). Then it
+// claims as usual and, finding the lock taken, queues in the kernel behind
+// them. A claim without wait does not wait for them.
 const (
 	contendPoll      = 5 * time.Millisecond
 	contendCostShare = 20
@@ -176,46 +178,80 @@ func (b *Backend) unwatch(l *lease) (wanted bool) {
 }
 
 // awaitTurn is for a claim of rel that waits: if rel's lease was given up
-// to outside waiters within yieldTurn, it waits while one of them is woken
-// and has not taken the lock yet, until yieldTurn after the release at the
-// latest, or until ctx ends or the backend closes.
+// to outside waiters within yieldTurn, it lets them go first. It waits
+// while one of them is still blocked on the file (held there by another
+// holder, say another daemon's shared claim, which a shared claim of ours
+// would not wait for in the kernel: it would overtake them), and, up to
+// yieldTurn after the release or after one was last seen blocked, while one
+// was woken and has not run yet.
+// It returns once none is ahead any more, or when ctx ends or the backend
+// closes.
 func (b *Backend) awaitTurn(ctx context.Context, rel string) error {
 	b.mu.Lock()
 	y, ok := b.contention.yields[rel]
 	delete(b.contention.yields, rel)
 	b.mu.Unlock()
-	if !ok || y.key == "" {
+	if !ok || y.key == "" || time.Since(y.at) >= yieldTurn {
 		return nil
 	}
 	var t lockTable
 	defer t.close()
 	bo := newBackoff(turnPollMin, turnPollMax)
-	for time.Since(y.at) < yieldTurn {
+	since := y.at // the release, or when one was last seen blocked
+	for {
 		data, _, err := t.read()
+		if err != nil {
+			return nil
+		}
 		locks := locksOf(data, y.key)
-		if err != nil || !slices.ContainsFunc(y.pids, func(pid int) bool { return woken(pid, locks) }) {
+		blocked, woken := false, false
+		for _, pid := range y.pids {
+			switch turnOf(pid, locks) {
+			case turnBlocked:
+				blocked = true
+			case turnWoken:
+				woken = true
+			}
+		}
+		if blocked {
+			since = time.Now()
+		} else if !woken || time.Since(since) >= yieldTurn {
 			return nil
 		}
 		if err := bo.sleep(ctx, b.closeCtx.Done()); err != nil {
 			return err
 		}
 	}
-	return nil
 }
 
-// woken reports whether process pid lives and has no lock, held or
-// blocked, among locks (those of one file): a waiter woken by a release
-// that has not run since.
-func woken(pid int, locks []lockLine) bool {
-	if slices.ContainsFunc(locks, func(lk lockLine) bool { return lk.pid == pid }) {
-		return false
+// turn is where an outside waiter stands, for awaitTurn.
+type turn int
+
+const (
+	turnDone    turn = iota // it holds the lock, or is gone
+	turnBlocked             // it still waits in the kernel
+	turnWoken               // alive, neither holding nor blocked: woken, or done with the lock
+)
+
+// turnOf says where process pid stands among locks (those of one file).
+func turnOf(pid int, locks []lockLine) turn {
+	for _, lk := range locks {
+		if lk.pid == pid {
+			if lk.blocked {
+				return turnBlocked
+			}
+			return turnDone
+		}
 	}
 	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return false
+		return turnDone
 	}
 	i := bytes.LastIndexByte(stat, ')')
-	return i >= 0 && i+2 < len(stat) && stat[i+2] != 'Z'
+	if i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' {
+		return turnDone
+	}
+	return turnWoken
 }
 
 // ownWaiter records (add) or forgets a flock(1) child of this backend.

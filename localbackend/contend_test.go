@@ -219,3 +219,54 @@ func TestParseBlocked(t *testing.T) {
 		t.Errorf("parseBlocked of a table without waiters = %v", got)
 	}
 }
+
+// A shared lease given up to an exclusive waiter that another holder's
+// shared flock still blocks: the next shared claim would be granted at once
+// beside that holder, overtaking the waiter. It waits until the waiter had
+// its turn. The control is the same claim with nobody seen waiting: granted
+// beside the other holder at once.
+func TestYieldedReleaseWaitsBehindBlockedWaiter(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	src := newSource(t, "f")
+	b := newBackend(t, src)
+	file := filepath.Join(src, "f", "..LOCK")
+	other := holdExternal(t, file, "", "-s") // another daemon's shared claim
+
+	l := mustClaim(t, b, dirID("f"), lockmgr.Shared)
+	ch := l.(lockmgr.ContendedLease).Contended()
+	mark := filepath.Join(t.TempDir(), "in")
+	testutil.StartInSession(t, exec.Command("flock", "-x", file, "sh", "-c", `echo >"$1"`, "sh", mark))
+	if !contendedWithin(ch, 10*time.Second) {
+		t.Fatal("the exclusive waiter was not noticed")
+	}
+	l.Release(context.Background())
+
+	got := make(chan error, 1)
+	go func() {
+		l2, err := b.Claim(context.Background(), dirID("f"), lockmgr.Shared, true)
+		if err == nil {
+			_, err = os.Stat(mark)
+			l2.Release(context.Background())
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("a shared claim overtook the exclusive waiter that the other holder blocks (mark: %v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	other.release()
+	if err := <-got; err != nil {
+		t.Fatalf("the claim after the waiter's turn: %v (the waiter had not run)", err)
+	}
+
+	// Control: nobody seen waiting, the same shared claim beside the
+	// other holder is granted at once.
+	other = holdExternal(t, file, "", "-s")
+	defer other.release()
+	l3, err := b.Claim(context.Background(), dirID("f"), lockmgr.Shared, false)
+	if err != nil {
+		t.Fatalf("control: shared claim beside a shared holder: %v", err)
+	}
+	l3.Release(context.Background())
+}
