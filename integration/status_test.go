@@ -145,6 +145,10 @@ func TestStatusOtherAdminDir(t *testing.T) {
 	if r.code != 0 && !strings.Contains(r.stderr, "did not answer") {
 		t.Errorf("status without a path exited %d: %v", r.code, r)
 	}
+	// Asked for by path, the other --admin-dir's mount says what to pass.
+	if r := run(t, 20*time.Second, lockfsBin, "status", m2.Mnt); r.code != 1 || !strings.Contains(r.stderr, "pass the same --admin-dir") {
+		t.Errorf("status of the mount with another --admin-dir: %v", r)
+	}
 	r = run(t, 20*time.Second, lockfsBin, "status", "--admin-dir", adminDir)
 	if !strings.Contains(r.stdout, m2.Mnt) || strings.Contains(r.stdout, m1.Mnt) || !named(r.stderr, m1.Mnt) {
 		t.Errorf("status --admin-dir %s (control): %v", adminDir, r)

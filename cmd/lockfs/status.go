@@ -227,6 +227,9 @@ func statusOf(path, adminDir string) (admin.Reply, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	r, err := admin.Call(ctx, t.socket, admin.Request{Op: "status", Path: t.rel})
+	if errors.Is(err, fs.ErrNotExist) {
+		return admin.Reply{}, fmt.Errorf("%s: %w; a daemon started with another --admin-dir has its socket there: pass the same --admin-dir", t.mountpoint, err)
+	}
 	if err != nil {
 		return admin.Reply{}, fmt.Errorf("%s: %w", t.mountpoint, err)
 	}
