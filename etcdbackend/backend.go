@@ -52,6 +52,10 @@ type Backend struct {
 
 	// Constant data
 	cfg Config // with defaults
+	// noHierarchy is a test hook: claims check the lock's own keys and
+	// wants only, not its ancestors' or subtree's: the broken design the
+	// four-host history must catch.
+	noHierarchy bool
 
 	// closeCtx is cancelled when Close begins: it ends waits and the
 	// background loops.

@@ -196,6 +196,9 @@ func (b *Backend) acquire(ctx context.Context, c *ownClaim, sess *session, mode 
 					return 0, lockmgr.ErrWouldBlock
 				}
 				graceUsed = true
+				if err := b.giveBackWarm(ctx, c, sess, giveUp); err != nil {
+					return 0, err
+				}
 				if myWant == 0 {
 					if myWant, err = b.putWant(ctx, giveUp, wkey, sess, mode); err != nil {
 						return 0, err
@@ -247,6 +250,32 @@ func (b *Backend) acquire(ctx context.Context, c *ownClaim, sess *session, mode 
 			return 0, err
 		}
 	}
+}
+
+// giveBackWarm deletes c's key before a claim of another mode waits, if
+// the key is only kept warm (no lease uses it): kept, it could block the
+// very waiter this claim queues behind, and neither would move. An upgrade
+// of a held claim (Convert) keeps its shared key while it waits. c's slot
+// is held.
+func (b *Backend) giveBackWarm(ctx context.Context, c *ownClaim, sess *session, giveUp time.Duration) error {
+	b.mu.Lock()
+	warm := c.sess == sess && c.mode != 0 && c.lease == nil
+	b.mu.Unlock()
+	if !warm {
+		return nil
+	}
+	key := b.claimKey(c.id, sess.sid)
+	if err := b.retry(ctx, giveUp, "give back a warm claim", func(rctx context.Context) error {
+		_, err := b.cli.Delete(rctx, key)
+		return err
+	}); err != nil {
+		return err
+	}
+	b.stats.drops.Add(1)
+	b.mu.Lock()
+	c.mode, c.rev, c.tokens = 0, 0, 0
+	b.mu.Unlock()
+	return nil
 }
 
 // claimTxn is the claim's one transaction: if the ranges are empty (no

@@ -6,3 +6,6 @@ func (b *Backend) Crash() {
 	b.shutdown()
 	b.cli.Close()
 }
+
+// NoHierarchy makes claims check the lock's own keys only (test hook).
+func (b *Backend) NoHierarchy() { b.noHierarchy = true }

@@ -117,6 +117,15 @@ func TestRequestCounts(t *testing.T) {
 			a := newBackend(t, c, func(cfg *etcdbackend.Config) { cfg.WarmFor = tc.warm })
 			mustClaim(t, a, dir("x"), lockmgr.Shared).Release(ctx) // starts the session
 			quiet := func() uint64 { s := a.Stats(); return s.Requests - s.KeepAlives }
+			// The session's start also lists the wants, in the background:
+			// wait until it has.
+			last, since := quiet(), time.Now()
+			for time.Since(since) < 300*time.Millisecond {
+				time.Sleep(20 * time.Millisecond)
+				if n := quiet(); n != last {
+					last, since = n, time.Now()
+				}
+			}
 			before := quiet()
 			l := mustClaim(t, a, dir("a/b/c/d"), lockmgr.Exclusive)
 			if n := quiet() - before; n != 1 {

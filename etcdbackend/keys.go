@@ -184,6 +184,9 @@ func covers(a lockmgr.LockID, m lockmgr.Mode, b lockmgr.LockID) bool {
 // locks of id's ancestors (and of id's own directory, for the new-dir and
 // usage kinds), and id's wants (the queue).
 func (b *Backend) ranges(id lockmgr.LockID, mode lockmgr.Mode) []keyRange {
+	if b.noHierarchy {
+		return []keyRange{prefixRange(b.lockPrefix(id)), prefixRange(b.wantPrefix(id))}
+	}
 	var rs []keyRange
 	if id.Kind == lockmgr.KindDir && mode == lockmgr.Exclusive {
 		rs = append(rs, prefixRange(b.dirPrefix(id.Path)))

@@ -467,9 +467,12 @@ type grant struct {
 // that follows a conflicting one carries a higher fencing token. Control:
 // the same history with one exclusive acquire slipped inside another
 // client's exclusive hold is flagged.
-func TestGCSPorcupineHistory(t *testing.T) {
+func TestGCSPorcupineHistory(t *testing.T)  { porcupineHistory(t, "gcs") }
+func TestEtcdPorcupineHistory(t *testing.T) { porcupineHistory(t, "etcd") }
+
+func porcupineHistory(t *testing.T, backend string) {
 	require(t, "python3")
-	_, a, b := twoHosts(t, gcsHost{id: "host-a"}, gcsHost{id: "host-b"})
+	_, a, b := hostsIn(t, backend, gcsHost{id: "host-a"}, gcsHost{id: "host-b"})
 	const perHost, rounds = 3, 10
 
 	type client struct {
