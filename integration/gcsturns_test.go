@@ -11,18 +11,18 @@ import (
 	"time"
 )
 
-// gcsHosts starts an emulator and mounts n hosts on its bucket, named
+// nHosts starts a namespace of backend and mounts n hosts in it, named
 // host-a, host-b...
-func gcsHosts(t *testing.T, n int, mod func(h *gcsHost)) []*Mount {
+func nHosts(t *testing.T, backend string, n int, mod func(h *gcsHost)) []*Mount {
 	t.Helper()
-	emu := startEmulator(t)
+	ns := startNamespace(t, backend)
 	var ms []*Mount
 	for i := 0; i < n; i++ {
-		h := gcsHost{id: "host-" + string(rune('a'+i)), endpoint: emu.Endpoint(), bucket: emu.Bucket}
+		h := gcsHost{id: "host-" + string(rune('a'+i))}
 		if mod != nil {
 			mod(&h)
 		}
-		ms = append(ms, mountGCS(t, h))
+		ms = append(ms, mountIn(t, ns, h))
 	}
 	return ms
 }
@@ -65,10 +65,13 @@ func lines(t *testing.T, file string) int {
 // demand, every host gets grants; each host's share is logged. Control:
 // with the engine's give-up off (LOCKFS_TEST_KEEP_CONTENDED on A's
 // daemon), B's waiter does not get the lock within its bound.
-func TestGCSFairTurns(t *testing.T) {
+func TestGCSFairTurns(t *testing.T)  { fairTurns(t, "gcs") }
+func TestEtcdFairTurns(t *testing.T) { fairTurns(t, "etcd") }
+
+func fairTurns(t *testing.T, backend string) {
 	const bound = 30 * time.Second
 	twoHosts := func(t *testing.T, keep bool) (time.Duration, bool) {
-		ms := gcsHosts(t, 2, func(h *gcsHost) {
+		ms := nHosts(t, backend, 2, func(h *gcsHost) {
 			if keep && h.id == "host-a" {
 				h.env = []string{"LOCKFS_TEST_KEEP_CONTENDED=1"}
 			}
@@ -94,7 +97,7 @@ func TestGCSFairTurns(t *testing.T) {
 		}
 	})
 	t.Run("4-hosts", func(t *testing.T) {
-		ms := gcsHosts(t, 4, nil)
+		ms := nHosts(t, backend, 4, nil)
 		busy(t, ms[0].path("c/.lock"), os.DevNull, 3)
 		time.Sleep(2 * time.Second)
 		got := make(chan string, 3)
@@ -113,7 +116,7 @@ func TestGCSFairTurns(t *testing.T) {
 		}
 	})
 	t.Run("4-hosts-busy", func(t *testing.T) {
-		ms := gcsHosts(t, 4, nil)
+		ms := nHosts(t, backend, 4, nil)
 		dir := t.TempDir()
 		var ps []*proc
 		for i, m := range ms {
