@@ -575,7 +575,7 @@ func (e *Engine) addHoldLocked(ls *lockState, s step, rc *reqCtx) {
 	}
 	ls.notifyLocked()
 	if p := rc.lineage.Self(); p != (ProcID{}) {
-		ls.wakeUnderLocked(p)
+		e.wakeUnderHoldLocked(ls, p, h)
 	}
 }
 

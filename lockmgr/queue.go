@@ -131,6 +131,31 @@ func (ls *lockState) wakeAllLocked() {
 	}
 }
 
+// wakeUnderHoldLocked wakes the waiters of ls that descend from p (or are
+// p), which hold h, new or stronger, of p may let jump the queue; not
+// those that h itself blocks (a thread of p waiting through another open
+// file description of the same control file): h lets none of them in, and
+// waking them made a queue of n threads of one process cost O(n) wake-ups
+// per grant, O(n²) to drain.
+func (e *Engine) wakeUnderHoldLocked(ls *lockState, p ProcID, h *hold) {
+	if ls.under[p] == 0 {
+		return
+	}
+	for q := ls.head; q != nil; q = q.next {
+		if !q.rc.lineage.Contains(p) {
+			continue
+		}
+		if !wakeBlockedUnder && h.owner != q.rc.req.Owner && Conflicts(h.mode(), q.step.mode) && !e.exemptLocked(h, q.step, q.rc) {
+			continue
+		}
+		q.signal()
+	}
+}
+
+// wakeBlockedUnder makes wakeUnderHoldLocked wake the waiters that the
+// hold blocks too, as it did before. A variable only for a test's control.
+var wakeBlockedUnder = false
+
 // wakeUnderLocked wakes the waiters of ls that descend from p (or are p),
 // which a new hold of p may let jump the queue.
 func (ls *lockState) wakeUnderLocked(p ProcID) {
