@@ -51,7 +51,8 @@ func TestCrashTakeover(t *testing.T) {
 	}
 }
 
-// In a three-member cluster: the leader's death changes nothing; the loss
+// In a three-member cluster: a paused follower and the leader's death
+// change nothing; the loss
 // of quorum makes claims fail with ErrUnavailable within their bound and
 // loses held leases once the session can no longer be vouched for; once
 // the members are back, claims work again with a new session.
@@ -65,6 +66,32 @@ func TestClusterFaults(t *testing.T) {
 	leader := c.Leader(t)
 	if leader < 0 {
 		t.Fatal("no leader")
+	}
+	// A paused follower changes nothing once the client stops sending to
+	// it (its keep-alive pings go unanswered): claims go on with the
+	// quorum of the other two, a's lease is kept, and a conflict is still
+	// refused. Until then a request sent to it times out (RequestTimeout)
+	// and is retried, so a call may take longer, within its bound.
+	follower := c.Members[(leader+1)%3]
+	if err := follower.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	testutil.EventuallyWithin(t, 30*time.Second, "claims as usual while a follower is paused", func() bool {
+		l, err := b.Claim(ctx, dir("w"), lockmgr.Exclusive, false)
+		if err != nil {
+			return false
+		}
+		l.Release(ctx)
+		_, err = b.Claim(ctx, dir("x"), lockmgr.Exclusive, false)
+		return errors.Is(err, lockmgr.ErrWouldBlock)
+	})
+	t.Logf("claims as usual %v after a follower was paused", time.Since(paused).Round(time.Millisecond))
+	if err := la.Err(); err != nil {
+		t.Fatalf("a's lease lost while a follower was paused: %v", err)
+	}
+	if err := follower.Resume(); err != nil {
+		t.Fatal(err)
 	}
 	if err := c.Members[leader].Kill(); err != nil {
 		t.Fatal(err)
