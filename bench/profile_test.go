@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	lockfs "github.com/lockfs/lockfs/fs"
+	"github.com/lockfs/lockfs/gcsbackend"
+	"github.com/lockfs/lockfs/gcsbackend/gcstest"
 	"github.com/lockfs/lockfs/localbackend"
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -34,73 +37,20 @@ import (
 //	LOCKFS_BENCH_PROFILE=/tmp/prof go test -run TestProfileDaemon -v ./bench/
 //	go tool pprof -top /tmp/prof/cpu-pair.pprof
 func TestProfileDaemon(t *testing.T) {
-	out := os.Getenv("LOCKFS_BENCH_PROFILE")
-	if out == "" {
-		t.Skip("set LOCKFS_BENCH_PROFILE=DIR to profile an in-process lockfs daemon")
-	}
-	requireFUSE(t)
-	held := 15000
-	if s := os.Getenv("LOCKFS_BENCH_PROFILE_HELD"); s != "" {
-		var err error
-		if held, err = strconv.Atoi(s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := t.TempDir()
-	if b, err := exec.Command("go", "build", "-o", bin+"/", "./internal/loadgen").CombinedOutput(); err != nil {
-		t.Fatalf("build loadgen: %v\n%s", err, b)
-	}
-	loadgen := filepath.Join(bin, "loadgen")
+	out, held, loadgen := profileSetup(t)
 	src, mnt := t.TempDir(), t.TempDir()
 	for _, d := range []string{"a/b/c/d", "meta"} {
 		if err := os.MkdirAll(filepath.Join(src, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for i := 0; i < held; i++ {
-		if err := os.MkdirAll(filepath.Join(src, "h", strconv.Itoa(i/1000), strconv.Itoa(i%1000)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	makeProfileTree(t, filepath.Join(src, "h"), held)
 
 	backend, err := localbackend.New(localbackend.Config{Source: src})
 	if err != nil {
 		t.Fatal(err)
 	}
-	procs, err := lockmgr.NewProcTree(lockmgr.ProcTreeConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine, err := lockmgr.New(lockmgr.Config{Backend: backend, Processes: procs, Host: "profile"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := lockfs.New(lockfs.Config{Source: src, Engine: engine, Host: "profile"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := fuse.Mount(mnt, lockfs.MountOptions(src, false)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- lockfs.Serve(conn, f) }()
-	t.Cleanup(func() {
-		if err := fuse.Unmount(mnt); err != nil {
-			exec.Command("fusermount3", "-uz", mnt).Run()
-		}
-		select {
-		case <-served:
-		case <-time.After(10 * time.Second):
-			t.Error("Serve did not return after the unmount")
-		}
-		conn.Close()
-		f.Close()
-		engine.Close()
-	})
+	profileMount(t, src, mnt, backend)
 
 	run := func(args ...string) {
 		t.Helper()
@@ -165,15 +115,68 @@ func TestProfileDaemon(t *testing.T) {
 	})
 	os.Remove(big)
 
-	// Heap with many locks held.
-	heapIn := func() uint64 {
+	profileHeld(t, out, "", loadgen, filepath.Join(mnt, "h"), held)
+}
+
+// profileMount mounts src at mnt with a daemon in this process, built from
+// the same packages and options as `lockfs mount`, over backend; unmounted
+// when t ends.
+func profileMount(t *testing.T, src, mnt string, backend lockmgr.Backend) {
+	t.Helper()
+	procs, err := lockmgr.NewProcTree(lockmgr.ProcTreeConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := lockmgr.New(lockmgr.Config{Backend: backend, Processes: procs, Host: "profile"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := lockfs.New(lockfs.Config{Source: src, Engine: engine, Host: "profile"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := fuse.Mount(mnt, lockfs.MountOptions(src, false)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- lockfs.Serve(conn, f) }()
+	t.Cleanup(func() {
+		if err := fuse.Unmount(mnt); err != nil {
+			exec.Command("fusermount3", "-uz", mnt).Run()
+		}
+		select {
+		case <-served:
+		case <-time.After(10 * time.Second):
+			t.Error("Serve did not return after the unmount")
+		}
+		conn.Close()
+		f.Close()
+		engine.Close()
+	})
+
+}
+
+// profileHeld has a loadgen holder take held locks under root (made by
+// makeProfileTree) through the daemon of this process, writes the heap
+// profile to out/heap-held<name>.pprof and a summary line to
+// out/summary<name>.txt: the heap in use and the goroutine stacks before
+// and after, per lock. Profiles with goroutine stacks:
+// out/goroutine-held<name>.pprof.
+func profileHeld(t *testing.T, out, name, loadgen, root string, held int) {
+	t.Helper()
+	type mem struct {
+		heap, stacks uint64
+		goroutines   int
+	}
+	memNow := func() mem {
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		return ms.HeapInuse
+		return mem{ms.HeapInuse, ms.StackInuse, runtime.NumGoroutine()}
 	}
-	before := heapIn()
-	cmd := exec.Command(loadgen, "hold", "-root", filepath.Join(mnt, "h"), "-n", strconv.Itoa(held), "-fan", "1000")
+	before := memNow()
+	cmd := exec.Command(loadgen, "hold", "-root", root, "-n", strconv.Itoa(held), "-fan", "1000")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -192,8 +195,8 @@ func TestProfileDaemon(t *testing.T) {
 		t.Fatalf("holder: %v %+v", err, ready)
 	}
 	go io.Copy(io.Discard, stdout)
-	after := heapIn()
-	hp, err := os.Create(filepath.Join(out, "heap-held.pprof"))
+	after := memNow()
+	hp, err := os.Create(filepath.Join(out, "heap-held"+name+".pprof"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,12 +204,78 @@ func TestProfileDaemon(t *testing.T) {
 	if err := pprof.Lookup("heap").WriteTo(hp, 0); err != nil {
 		t.Fatal(err)
 	}
+	if gp, err := os.Create(filepath.Join(out, "goroutine-held"+name+".pprof")); err == nil {
+		pprof.Lookup("goroutine").WriteTo(gp, 0)
+		gp.Close()
+	}
 	var ru unix.Rusage
 	unix.Getrusage(unix.RUSAGE_SELF, &ru)
-	msg := fmt.Sprintf("%d locks held: heap in use %.1f MiB -> %.1f MiB (%.2f KiB per lock); max RSS of the test process %.0f MiB",
-		held, float64(before)/(1<<20), float64(after)/(1<<20), (float64(after)-float64(before))/1024/float64(held), float64(ru.Maxrss)/1024)
+	perLock := func(a, b uint64) float64 { return (float64(b) - float64(a)) / 1024 / float64(held) }
+	msg := fmt.Sprintf("%d locks held: heap in use %.1f MiB -> %.1f MiB (%.2f KiB per lock); goroutine stacks %.1f MiB -> %.1f MiB "+
+		"(%.2f KiB per lock; %d -> %d goroutines); max RSS of the test process %.0f MiB",
+		held, float64(before.heap)/(1<<20), float64(after.heap)/(1<<20), perLock(before.heap, after.heap),
+		float64(before.stacks)/(1<<20), float64(after.stacks)/(1<<20), perLock(before.stacks, after.stacks),
+		before.goroutines, after.goroutines, float64(ru.Maxrss)/1024)
 	t.Log(msg)
-	if err := os.WriteFile(filepath.Join(out, "summary.txt"), []byte(msg+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(out, "summary"+name+".txt"), []byte(msg+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// profileSetup reads the profile's environment (skipping t without
+// LOCKFS_BENCH_PROFILE), makes the output directory and builds loadgen.
+func profileSetup(t *testing.T) (out string, held int, loadgen string) {
+	t.Helper()
+	out = os.Getenv("LOCKFS_BENCH_PROFILE")
+	if out == "" {
+		t.Skip("set LOCKFS_BENCH_PROFILE=DIR to profile an in-process lockfs daemon")
+	}
+	requireFUSE(t)
+	held = 15000
+	if s := os.Getenv("LOCKFS_BENCH_PROFILE_HELD"); s != "" {
+		var err error
+		if held, err = strconv.Atoi(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	if b, err := exec.Command("go", "build", "-o", bin+"/", "./internal/loadgen").CombinedOutput(); err != nil {
+		t.Fatalf("build loadgen: %v\n%s", err, b)
+	}
+	return out, held, filepath.Join(bin, "loadgen")
+}
+
+// makeProfileTree makes held directories under root, 1000 per directory,
+// for profileHeld's holder.
+func makeProfileTree(t *testing.T, root string, held int) {
+	t.Helper()
+	for i := 0; i < held; i++ {
+		if err := os.MkdirAll(filepath.Join(root, strconv.Itoa(i/1000), strconv.Itoa(i%1000)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestProfileHeldGCS is TestProfileDaemon's heap profile with the gcs
+// backend (on the GCS emulator, default TTL): the heap of a daemon in this
+// process holding LOCKFS_BENCH_PROFILE_HELD locks (default 15000), to
+// out/heap-held-gcs.pprof and out/summary-gcs.txt.
+//
+//	LOCKFS_BENCH_PROFILE=/tmp/prof go test -run TestProfileHeldGCS -v ./bench/
+//	go tool pprof -sample_index=inuse_space -top /tmp/prof/heap-held-gcs.pprof
+func TestProfileHeldGCS(t *testing.T) {
+	out, held, loadgen := profileSetup(t)
+	emu := gcstest.Start(t)
+	src, mnt := t.TempDir(), t.TempDir()
+	makeProfileTree(t, filepath.Join(src, "h"), held)
+	backend, err := gcsbackend.New(context.Background(), gcsbackend.Config{
+		Bucket: emu.Bucket, Endpoint: emu.Endpoint(), HostID: "profile"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	profileMount(t, src, mnt, backend)
+	profileHeld(t, out, "-gcs", loadgen, filepath.Join(mnt, "h"), held)
 }
