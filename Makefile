@@ -1,4 +1,4 @@
-# lockfs: make build | man | dist | test | bench | run | run-multihost[-etcd] | vet | storm | deps | clean | install
+# lockfs: make build | man | dist | test | bench | bench-scale | run | run-multihost[-etcd] | vet | storm | deps | clean | install
 #
 # `make test` and `make run` install their prerequisites themselves when run
 # as root on Debian/Ubuntu (see scripts/deps.sh).
@@ -89,6 +89,13 @@ test: gocheck deps fmt-check vet
 # references in one run, about 5-8 minutes; writes bench/results.json.
 bench: deps-run
 	$(GO) run -tags $(TAGS) ./bench/cmd/lockfs-bench -out bench/results.json
+
+# The scale measurements (docs/BENCHMARKS.md, "At scale"): 1,000 GCS hosts
+# × 100 locks in helper processes, and 100,000 locks held through a gcs
+# daemon; 30-45 minutes. Not part of `make test` or `make bench`. Its keys
+# are merged into bench/results.json.
+bench-scale: deps
+	$(GO) run -tags $(TAGS) ./bench/cmd/lockfs-bench -scale -out bench/results.json
 
 # The harness at tiny sizes; `make test` runs it too (bench.TestSmoke).
 bench-smoke: deps

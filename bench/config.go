@@ -67,18 +67,19 @@ type Config struct {
 	GCSFleetHosts int
 	GCSFleetDur   time.Duration
 
-	// GCSSimHosts backends (each its own session and client, default TTL)
-	// first take GCSSimReducedLocks locks each, within GCSSimReducedSetup,
-	// and hold them for GCSSimDur while the requests reaching the emulator
-	// are counted (the reduced load); then they try to take the rest of
-	// GCSSimLocks each within GCSSimProbe and, if all are held, hold them
-	// for GCSSimDur again (the full load).
-	GCSSimHosts        int
-	GCSSimLocks        int
-	GCSSimReducedLocks int
-	GCSSimReducedSetup time.Duration
-	GCSSimProbe        time.Duration
-	GCSSimDur          time.Duration
+	// GCSSimHosts hosts (each its own backend, session, client and
+	// engine, default TTL), spread over GCSSimProcs processes, take
+	// GCSSimLocks locks each within GCSSimSetup and hold them for
+	// GCSSimDur while the requests reaching the emulator are counted; then
+	// each releases and takes them again every GCSSimChurnEvery for
+	// GCSSimChurnDur (make bench-scale).
+	GCSSimHosts      int
+	GCSSimLocks      int
+	GCSSimProcs      int
+	GCSSimSetup      time.Duration
+	GCSSimDur        time.Duration
+	GCSSimChurnDur   time.Duration
+	GCSSimChurnEvery time.Duration
 
 	// GCSHeldLocks locks are held through one `lockfs mount --backend gcs`
 	// daemon (default TTL), by holder processes of at most
@@ -93,6 +94,10 @@ type Config struct {
 	// FairHold is how long each hold of the busy mount's loops lasts while
 	// the other mount's wait is timed (fair_cross_mount_wait_ms).
 	FairHold time.Duration
+
+	// Scale adds the scale measurements (ScaleMeasurements: gcssim,
+	// gcsheld) to the run: make bench-scale.
+	Scale bool
 
 	// Only, if set, limits the run to the named measurements (see
 	// Measurements).
@@ -138,20 +143,30 @@ func DefaultConfig() Config {
 		GCSFleetHosts: 16,
 		GCSFleetDur:   60 * time.Second,
 
-		GCSSimHosts:        1000,
-		GCSSimLocks:        100,
-		GCSSimReducedLocks: 2,
-		GCSSimReducedSetup: 20 * time.Second,
-		GCSSimProbe:        10 * time.Second,
-		GCSSimDur:          2 * time.Minute,
+		GCSSimHosts:      1000,
+		GCSSimLocks:      100,
+		GCSSimProcs:      8,
+		GCSSimSetup:      25 * time.Minute,
+		GCSSimDur:        2 * time.Minute,
+		GCSSimChurnDur:   time.Minute,
+		GCSSimChurnEvery: 5 * time.Second,
 
 		GCSHeldLocks:   100000,
 		GCSHeldPerProc: 15000,
-		GCSHeldSetup:   90 * time.Second,
+		GCSHeldSetup:   12 * time.Minute,
 		GCSHeldPairs:   200,
 
 		FairHold: 200 * time.Millisecond,
 	}
+}
+
+// ScaleConfig is the configuration of `make bench-scale`: DefaultConfig
+// with the scale measurements only (gcssim, gcsheld), under 45 minutes.
+func ScaleConfig() Config {
+	c := DefaultConfig()
+	c.Scale = true
+	c.Only = ScaleMeasurements
+	return c
 }
 
 // SmokeConfig is every measurement at tiny sizes, one repetition: it
@@ -188,18 +203,20 @@ func SmokeConfig() Config {
 		GCSFleetHosts: 3,
 		GCSFleetDur:   time.Second,
 
-		GCSSimHosts:        5,
-		GCSSimLocks:        4,
-		GCSSimReducedLocks: 2,
-		GCSSimReducedSetup: 20 * time.Second,
-		GCSSimProbe:        20 * time.Second,
-		GCSSimDur:          2 * time.Second,
+		GCSSimHosts:      5,
+		GCSSimLocks:      4,
+		GCSSimProcs:      2,
+		GCSSimSetup:      30 * time.Second,
+		GCSSimDur:        2 * time.Second,
+		GCSSimChurnDur:   2 * time.Second,
+		GCSSimChurnEvery: time.Second,
 
 		GCSHeldLocks:   300,
 		GCSHeldPerProc: 100,
 		GCSHeldSetup:   30 * time.Second,
 		GCSHeldPairs:   10,
 		FairHold:       50 * time.Millisecond,
+		Scale:          true,
 		Smoke:          true,
 	}
 }
@@ -221,10 +238,9 @@ func (c Config) Validate() error {
 		return errors.New("bench: GCSTTL must be at least 100ms and GCSHoldTTLs positive")
 	case c.GCSHeld < 1 || c.GCSFleetHosts < 1 || c.GCSFleetDur <= 0:
 		return errors.New("bench: GCSHeld, GCSFleetHosts and GCSFleetDur must be positive")
-	case c.GCSSimHosts < 1 || c.GCSSimLocks < 1 || c.GCSSimReducedSetup <= 0 || c.GCSSimProbe <= 0 || c.GCSSimDur <= 0:
-		return errors.New("bench: GCSSimHosts, GCSSimLocks, GCSSimReducedSetup, GCSSimProbe and GCSSimDur must be positive")
-	case c.GCSSimReducedLocks < 1 || c.GCSSimReducedLocks >= c.GCSSimLocks:
-		return errors.New("bench: GCSSimReducedLocks must be positive and below GCSSimLocks")
+	case c.GCSSimHosts < 1 || c.GCSSimLocks < 1 || c.GCSSimProcs < 1 || c.GCSSimSetup <= 0 || c.GCSSimDur <= 0 ||
+		c.GCSSimChurnDur <= 0 || c.GCSSimChurnEvery <= 0:
+		return errors.New("bench: GCSSimHosts, GCSSimLocks, GCSSimProcs, GCSSimSetup, GCSSimDur, GCSSimChurnDur and GCSSimChurnEvery must be positive")
 	case c.GCSHeldLocks < c.HeldBase || c.GCSHeldPerProc < 1 || c.GCSHeldSetup <= 0 || c.GCSHeldPairs < 1:
 		return errors.New("bench: need GCSHeldLocks >= HeldBase, and GCSHeldPerProc, GCSHeldSetup, GCSHeldPairs positive")
 	case c.FairHold <= 0:

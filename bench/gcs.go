@@ -681,6 +681,12 @@ func HelperMain() {
 		err := gcsHolder()
 		fmt.Fprintln(os.Stderr, "gcs holder:", err)
 		os.Exit(1)
+	case helperSimHosts:
+		if err := simHosts(); err != nil {
+			fmt.Fprintln(os.Stderr, "sim hosts:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s=%q\n", helperEnv, os.Getenv(helperEnv))
 		os.Exit(2)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/gcsbackend/gcstest"
 )
 
 var gcsHeldKeys = []string{"held_100k_rss_mb", "acquire_ratio_100k_vs_100"}
@@ -135,7 +137,7 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 		}
 		s.m, err = startMount(ctx, s.name, r.logDir, mnt, r.bin(binLockfs), "mount", "--log-level", "warn",
 			"--backend", "gcs", "--gcs-bucket", gcsBucket, "--gcs-prefix", s.name+"/",
-			"--gcs-endpoint", env.proxy.endpoint(), "--host-id", s.name,
+			"--gcs-endpoint", gcstest.Endpoint(env.emu.url), "--host-id", s.name,
 			// Not signalled: a loss whose holder has exited can signal
 			// the holder's parent's process group, the harness's.
 			"--on-lease-loss", "none", src, mnt)

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -90,9 +91,40 @@ func (r *Results) MarshalJSON() ([]byte, error) {
 
 // WriteJSON writes the results, indented, to path.
 func (r *Results) WriteJSON(path string) error {
+	return r.writeJSON(path, nil)
+}
+
+// MergeJSON writes the results to path like WriteJSON, keeping the keys of
+// the JSON object already there that this run did not write: make bench
+// and make bench-scale each replace their own keys in bench/results.json.
+func (r *Results) MergeJSON(path string) error {
+	old := map[string]json.RawMessage{}
+	if b, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(b, &old); err != nil {
+			return fmt.Errorf("%s: not one JSON object, not merged into: %w", path, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return r.writeJSON(path, old)
+}
+
+func (r *Results) writeJSON(path string, base map[string]json.RawMessage) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
+	}
+	if len(base) > 0 {
+		var mine map[string]json.RawMessage
+		if err := json.Unmarshal(b, &mine); err != nil {
+			return err
+		}
+		for k, v := range mine {
+			base[k] = v
+		}
+		if b, err = json.Marshal(base); err != nil {
+			return err
+		}
 	}
 	var out bytes.Buffer
 	if err := json.Indent(&out, b, "", "  "); err != nil {
@@ -227,7 +259,6 @@ func fmtSummary(s summary, unit string) string {
 var RequiredKeys = []string{
 	"lock_pair_us", "noop_fuse_lock_pair_us", "kernel_lock_pair_us", "lock_pair_ratio_vs_noop",
 	"handoff_p99_us", "poll_handoff_p99_us", "handoff_ratio_vs_poll",
-	"held_100k_rss_mb", "acquire_ratio_100k_vs_100",
 	"seq_read_ratio_vs_backing", "seq_write_ratio_vs_backing",
 	"meta_ops_ratio_vs_gofuse", "meta_ops_ratio_vs_gofuse_default_permissions",
 	"tree_walk_ratio_vs_gofuse", "rss_after_forget_mb",
@@ -238,9 +269,15 @@ var RequiredKeys = []string{
 	"gcs_writes_cold_acquire_release_depth4", "gcs_writes_per_warm_iteration_depth4",
 	"gcs_writes_per_refresh_interval_1000_held", "gcs_acquire_ms_depth4_rtt30",
 	"gcs_fleet_acquires_per_s", "gcs_fleet_lease_losses", "gcs_fleet_max_object_writes_per_s",
-	"gcs_sim_1000_hosts_writes_per_s", "gcs_sim_1000_hosts_losses",
-	"gcs_sim_1000_hosts_reduced_writes_per_s", "gcs_sim_1000_hosts_reduced_losses", "gcs_sim_1000_hosts_reduced_locks_held",
 	"disjoint_1p_pairs_per_s", "disjoint_2p_pairs_per_s", "disjoint_4p_pairs_per_s", "disjoint_8p_pairs_per_s",
 	"cycle_per_s",
 	"fair_cross_mount_wait_ms", "kernel_fair_wait_ms",
+}
+
+// ScaleKeys are the keys make bench-scale writes (Config.Scale): a number
+// each, or null with a reason.
+var ScaleKeys = []string{
+	"gcs_sim_1000_hosts_writes_per_s", "gcs_sim_1000_hosts_losses", "gcs_sim_1000_hosts_class_a_per_s",
+	"gcs_usd_per_host_month_idle", "gcs_usd_per_host_month_churning",
+	"held_100k_rss_mb", "acquire_ratio_100k_vs_100",
 }

@@ -13,7 +13,12 @@ import (
 
 // Measurements are the names of the harness's measurements, in the order
 // they run; Config.Only selects among them.
-var Measurements = []string{"lockpair", "cycle", "disjoint", "handoff", "fair", "held", "seq", "meta", "tree", "gcs", "gcsfleet", "gcssim", "gcsheld", "etcd"}
+var Measurements = []string{"lockpair", "cycle", "disjoint", "handoff", "fair", "held", "seq", "meta", "tree", "gcs", "gcsfleet", "etcd"}
+
+// ScaleMeasurements are the measurements of make bench-scale, run after
+// Measurements when Config.Scale is set: 1,000 hosts × 100 locks on GCS
+// (gcssim) and 100,000 locks held through a gcs daemon (gcsheld).
+var ScaleMeasurements = []string{"gcssim", "gcsheld"}
 
 // runner is one run: its configuration, work directory, helper binaries,
 // shared mounts and results.
@@ -91,7 +96,11 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		"etcd":     r.etcd,
 	}
 	var errs []error
-	for _, name := range Measurements {
+	names := Measurements
+	if cfg.Scale {
+		names = append(slices.Clip(names), ScaleMeasurements...)
+	}
+	for _, name := range names {
 		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, name) {
 			continue
 		}

@@ -92,7 +92,7 @@ func TestSmoke(t *testing.T) {
 			t.Logf("etcd figures unavailable (set CI=true to fail): %s", etcdReason)
 		}
 	}
-	for _, k := range bench.RequiredKeys {
+	for _, k := range append(bench.RequiredKeys, bench.ScaleKeys...) {
 		v, ok := got[k]
 		switch {
 		case !ok:

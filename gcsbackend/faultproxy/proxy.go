@@ -105,7 +105,7 @@ func New(target string, seed int64, f Faults) (*Proxy, error) {
 	p := &Proxy{
 		URL:       "http://" + ln.Addr().String(),
 		target:    u,
-		transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second},
+		transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second},
 		ln:        ln,
 		served:    make(chan struct{}),
 		rnd:       rand.New(rand.NewSource(seed)),

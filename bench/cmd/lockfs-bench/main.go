@@ -1,8 +1,11 @@
 // Command lockfs-bench runs lockfs's benchmark harness (package bench):
-// it prints the table of figures and writes them as one JSON object.
-// `make bench` runs it from the repository root as
+// it prints the table of figures and writes them as one JSON object,
+// merged into the one already in the -out file (each run replaces the keys
+// it measures). `make bench` runs it from the repository root as
 //
 //	go run ./bench/cmd/lockfs-bench -out bench/results.json
+//
+// and `make bench-scale` adds -scale (1,000 GCS hosts, 100,000 held locks).
 //
 // It must run as root on Linux with fuse3 installed, from inside the lockfs
 // module (it builds its helper binaries with the go command).
@@ -29,11 +32,15 @@ func main() {
 	reps := flag.Int("reps", 0, "repetitions per comparison (default 5; GCS 4)")
 	only := flag.String("only", "", "comma-separated measurements to run: "+strings.Join(bench.Measurements, ","))
 	smoke := flag.Bool("smoke", false, "tiny sizes, one repetition: check that the harness works")
+	scale := flag.Bool("scale", false, "the scale measurements only (make bench-scale: "+strings.Join(bench.ScaleMeasurements, ",")+"), about 30-45 minutes")
 	workDir := flag.String("workdir", "", "parent of the run's temporary directory (a local disk; default $TMPDIR)")
 	quiet := flag.Bool("q", false, "no progress lines on standard error")
 	flag.Parse()
 
 	cfg := bench.DefaultConfig()
+	if *scale {
+		cfg = bench.ScaleConfig()
+	}
 	if *smoke {
 		cfg = bench.SmokeConfig()
 	}
@@ -62,7 +69,7 @@ func main() {
 		fmt.Printf("\n(%v; lockfs and reference columns: median [min–max] over %d repetitions; ratio: median [min–max] of per-repetition ratios)\n",
 			time.Since(start).Round(time.Second), cfg.Reps)
 		if *out != "" {
-			if werr := res.WriteJSON(*out); werr != nil {
+			if werr := res.MergeJSON(*out); werr != nil {
 				fmt.Fprintln(os.Stderr, "lockfs-bench:", werr)
 				os.Exit(1)
 			}

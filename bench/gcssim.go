@@ -1,0 +1,251 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+)
+
+// simKeys are the goal keys of gcssim.
+var simKeys = []string{"gcs_sim_1000_hosts_writes_per_s", "gcs_sim_1000_hosts_losses", "gcs_sim_1000_hosts_class_a_per_s",
+	"gcs_usd_per_host_month_idle", "gcs_usd_per_host_month_churning"}
+
+// simParents is the number of shared parents the sim's locks live under.
+const simParents = 4
+
+// GCS list prices used for the fleet's cost (docs/BENCHMARKS.md, "What a
+// fleet pays", says of which date and how to redo the sum): Class A
+// (uploads, listings) and Class B (reads), in USD per request; deletes
+// are free.
+const (
+	usdPerClassA = 0.005 / 1000
+	usdPerClassB = 0.0004 / 1000
+	secPerMonth  = 30 * 24 * 3600
+)
+
+// gcsSim (make bench-scale): Config.GCSSimHosts hosts, each a backend with
+// its own session and storage client and an engine (default TTL), spread
+// over Config.GCSSimProcs helper processes (simhosts.go), each taking
+// Config.GCSSimLocks exclusive locks "s<j%4>/h<i>-k<j>" (every host's locks
+// under the same few parents) within Config.GCSSimSetup; then they hold
+// them for Config.GCSSimDur while their backends count the requests they
+// send (gcsbackend.Stats: no proxy stands between a thousand clients and
+// the emulator) (the idle fleet); then, every
+// Config.GCSSimChurnEvery for Config.GCSSimChurnDur, every host releases
+// its locks and takes them again half a period later, nobody else wanting
+// them, counted the same way (the churning fleet); then they close, a few hosts at a time per
+// process.
+//
+// Keys: gcs_sim_1000_hosts_writes_per_s (idle), gcs_sim_1000_hosts_losses
+// (holds lost from the first acquire to the end of the churn),
+// gcs_sim_1000_hosts_class_a_per_s (idle writes and lists),
+// gcs_sim_{reads,lists,deletes}_per_s (idle), gcs_sim_churn_{writes,
+// reads,lists,deletes}_per_s, gcs_sim_churn_cycles, gcs_sim_setup_s,
+// gcs_sim_close_s, gcs_sim_hosts, gcs_sim_locks, gcs_sim_procs; and what a
+// host pays a month at GCS list prices, from the counted requests:
+// gcs_usd_per_host_month_idle and gcs_usd_per_host_month_churning. If the
+// locks are not all held by the end of the setup, the keys are null and
+// gcs_sim_unavailable_reason says how far it got; each process logs its
+// progress every 30 s meanwhile.
+func (r *runner) gcsSim(ctx context.Context) error {
+	bin, err := emulatorBinary(ctx, r.modDir)
+	if err != nil {
+		r.nullKeys("gcs_sim", simKeys, fmt.Sprintf("cannot build the GCS emulator %s: %v", benchEmulator, err))
+		return nil
+	}
+	emu, err := startEmulator(ctx, bin, r.logDir, gcsBucket)
+	if err != nil {
+		return err
+	}
+	defer emu.stop(time.Second)
+	n, per, nproc := r.cfg.GCSSimHosts, r.cfg.GCSSimLocks, min(r.cfg.GCSSimProcs, r.cfg.GCSSimHosts)
+	res := r.res
+	res.set("gcs_sim_hosts", float64(n))
+	res.set("gcs_sim_locks", float64(n*per))
+	res.set("gcs_sim_procs", float64(nproc))
+
+	procs := make([]*simProc, 0, nproc)
+	defer func() {
+		for _, p := range procs {
+			p.kill() // after a clean close, already gone
+		}
+	}()
+	for k := 0; k < nproc; k++ {
+		first, last := k*n/nproc, (k+1)*n/nproc
+		p, err := r.startSimProc(fmt.Sprintf("gcs-sim-%d", k), simSpec{endpoint: gcstest.Endpoint(emu.url), bucket: gcsBucket,
+			prefix: "sim/", first: first, hosts: last - first, locks: per})
+		if err != nil {
+			return err
+		}
+		p.progress = func(s string) { r.logf("gcs sim: process %d: %s locks held", k, strings.TrimPrefix(s, "progress ")) }
+		procs = append(procs, p)
+	}
+	// askAll sends cmd to every process at once and sums the answers.
+	askAll := func(ctx context.Context, cmd, want string) ([]float64, error) {
+		var (
+			mu    sync.Mutex
+			sum   []float64
+			first error
+			wg    sync.WaitGroup
+		)
+		for _, p := range procs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				f, err := p.ask(ctx, cmd, want)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					if first == nil {
+						first = err
+					}
+					return
+				}
+				if sum == nil {
+					sum = make([]float64, len(f))
+				}
+				for i := range f {
+					if i < len(sum) {
+						sum[i] += f[i]
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return sum, first
+	}
+
+	// The setup.
+	start := time.Now()
+	took, err := askAll(ctx, fmt.Sprintf("take %v", r.cfg.GCSSimSetup), "took")
+	setup := time.Since(start)
+	res.set("gcs_sim_setup_s", setup.Seconds())
+	if err != nil || took[0] != float64(n*per) {
+		held, failed, lost := 0.0, 0.0, 0.0
+		if took != nil {
+			held, failed, lost = took[0], took[1], took[2]
+		}
+		r.nullKeys("gcs_sim", simKeys, fmt.Sprintf("%.0f of %d locks held after %v (%.0f acquires failed, %.0f holds lost): %v",
+			held, n*per, setup.Round(time.Second), failed, lost, err))
+		return nil
+	}
+	r.logf("gcs sim: %d hosts in %d processes hold %d locks after %v (%.0f/s; %.0f lost so far)",
+		n, nproc, n*per, setup.Round(time.Millisecond), float64(n*per)/setup.Seconds(), took[2])
+
+	// The idle fleet, then the churning one, counted by the hosts.
+	counts := func() (requests, error) {
+		f, err := askAll(ctx, "stats", "stats")
+		if err != nil {
+			return requests{}, err
+		}
+		return requests{f[0], f[1], f[2], f[3]}, nil
+	}
+	window := func(run func() error) (requests, float64, error) {
+		c0, err := counts()
+		if err != nil {
+			return requests{}, 0, err
+		}
+		t0 := time.Now()
+		if err := run(); err != nil {
+			return requests{}, 0, err
+		}
+		secs := time.Since(t0).Seconds()
+		c1, err := counts()
+		if err != nil {
+			return requests{}, 0, err
+		}
+		return c1.sub(c0).per(secs), secs, nil
+	}
+	idle, _, err := window(func() error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.cfg.GCSSimDur):
+			return nil
+		}
+	})
+	if err != nil {
+		return err
+	}
+	var churn []float64
+	churnMix, secs, err := window(func() error {
+		var err error
+		churn, err = askAll(ctx, fmt.Sprintf("churn %v %v", r.cfg.GCSSimChurnDur, r.cfg.GCSSimChurnEvery), "churned")
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	closed, err := askAll(ctx, "close", "closed")
+	if err != nil {
+		return err
+	}
+	for _, p := range procs {
+		<-p.done
+	}
+	closeS := time.Since(t0).Seconds()
+	lost := closed[0]
+
+	usd := func(m requests) float64 {
+		return (m.classA()*usdPerClassA + m.reads*usdPerClassB) * secPerMonth / float64(n)
+	}
+	res.set("gcs_sim_1000_hosts_writes_per_s", idle.writes)
+	res.set("gcs_sim_1000_hosts_losses", lost)
+	res.set("gcs_sim_1000_hosts_class_a_per_s", idle.classA())
+	res.set("gcs_sim_reads_per_s", idle.reads)
+	res.set("gcs_sim_lists_per_s", idle.lists)
+	res.set("gcs_sim_deletes_per_s", idle.deletes)
+	res.set("gcs_sim_churn_writes_per_s", churnMix.writes)
+	res.set("gcs_sim_churn_reads_per_s", churnMix.reads)
+	res.set("gcs_sim_churn_lists_per_s", churnMix.lists)
+	res.set("gcs_sim_churn_deletes_per_s", churnMix.deletes)
+	res.set("gcs_sim_churn_cycles", churn[0]/float64(nproc))
+	res.set("gcs_sim_close_s", closeS)
+	res.set("gcs_usd_per_host_month_idle", usd(idle))
+	res.set("gcs_usd_per_host_month_churning", usd(churnMix))
+	r.logf("gcs sim: idle %v: %s; churning %.1fs: %s (%.0f failed); closed in %.1fs; %.0f holds lost",
+		r.cfg.GCSSimDur, idle, secs, churnMix, churn[1], closeS, lost)
+
+	what := fmt.Sprintf("%d hosts × %d locks in %d processes, default TTL, %v steady", n, per, nproc, r.cfg.GCSSimDur)
+	for _, k := range []struct {
+		name, key, ref string
+		g              goal
+	}{
+		{"GCS sim: writes/s sent to GCS, " + what, "gcs_sim_1000_hosts_writes_per_s", fmt.Sprintf("%s; setup %s s", idle, fmtNum(setup.Seconds())), atMost(150)},
+		{"GCS sim: holds lost (setup to close)", "gcs_sim_1000_hosts_losses", fmt.Sprintf("closed in %s s", fmtNum(closeS)), equal(0)},
+		{"GCS sim: Class A requests/s (writes, lists)", "gcs_sim_1000_hosts_class_a_per_s", "", atMost(120)},
+		{"GCS: USD per host-month, idle (100 held, list prices of 2026-12-03)", "gcs_usd_per_host_month_idle", "fleet: " + idle.String(), atMost(2)},
+		{fmt.Sprintf("GCS: USD per host-month, churning (every %v all released, taken again %v later)", r.cfg.GCSSimChurnEvery, r.cfg.GCSSimChurnEvery/2),
+			"gcs_usd_per_host_month_churning", "fleet: " + churnMix.String(), atMost(2)},
+	} {
+		v, _ := res.Value(k.key)
+		gt, met := res.met(k.key, &k.g)
+		res.addRow(Row{k.name, fmtNum(v), k.ref, "", gt, met})
+	}
+	return nil
+}
+
+// requests are GCS requests by kind, counted by the hosts' backends, or
+// their rates.
+type requests struct{ reads, writes, lists, deletes float64 }
+
+func (c requests) sub(d requests) requests {
+	return requests{c.reads - d.reads, c.writes - d.writes, c.lists - d.lists, c.deletes - d.deletes}
+}
+
+func (c requests) per(secs float64) requests {
+	return requests{c.reads / secs, c.writes / secs, c.lists / secs, c.deletes / secs}
+}
+
+// classA is what GCS bills as Class A: uploads and listings (deletes are
+// free).
+func (c requests) classA() float64 { return c.writes + c.lists }
+
+func (c requests) String() string {
+	return fmt.Sprintf("writes %s/s, lists %s/s, reads %s/s, deletes %s/s", fmtNum(c.writes), fmtNum(c.lists), fmtNum(c.reads), fmtNum(c.deletes))
+}

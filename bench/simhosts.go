@@ -1,0 +1,332 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/lockfs/lockfs/gcsbackend"
+)
+
+// The sim's hosts run in helper processes (helperSimHosts), each a slice
+// of the hosts, so that a thousand backends, their engines and clients
+// are not all in the harness's process, which runs the counting proxy.
+// The harness talks to each over its standard input and output, one
+// command and one answer line at a time:
+//
+//	take DUR        -> "took HELD FAILED LOST SECONDS"  every host takes its locks, for at most DUR
+//	churn DUR EVERY -> "churned CYCLES FAILED LOST"     every EVERY, for DUR: release every lock, take it
+//	                                                   again half a period later
+//	stats           -> "stats READS WRITES LISTS DELETES"  the GCS requests the hosts sent so far
+//	close           -> "closed LOST SECONDS"            close every host, a few at a time; then exit
+//
+// LOST counts the holds the hosts' engines reported lost so far. While it
+// takes its locks, a helper also prints "progress HELD" every 30 s. The
+// requests are counted by the hosts' backends (gcsbackend.Stats: every
+// request sent, retries included, a listing per page), so that no proxy
+// stands between a thousand clients and the emulator.
+
+const helperSimHosts = "sim-hosts"
+
+// simCloseWorkers is the number of hosts each helper closes at once: each
+// close drops its records (one write each), and a thousand hosts closing
+// at once would open connections by the thousand.
+const simCloseWorkers = 8
+
+// simTakeWorkers is the number of acquires in flight in each helper during
+// the setup.
+const simTakeWorkers = 32
+
+// simSpec is what a sim helper process needs, passed in its environment.
+type simSpec struct {
+	endpoint, bucket, prefix string
+	first, hosts, locks      int
+}
+
+func (s simSpec) env() string {
+	return "LOCKFS_BENCH_SIM=" + strings.Join([]string{s.endpoint, s.bucket, s.prefix,
+		strconv.Itoa(s.first), strconv.Itoa(s.hosts), strconv.Itoa(s.locks)}, "\x1f")
+}
+
+func parseSimSpec(v string) (simSpec, error) {
+	f := strings.Split(v, "\x1f")
+	if len(f) != 6 {
+		return simSpec{}, fmt.Errorf("bad LOCKFS_BENCH_SIM %q", v)
+	}
+	s := simSpec{endpoint: f[0], bucket: f[1], prefix: f[2]}
+	var err error
+	for i, p := range []*int{&s.first, &s.hosts, &s.locks} {
+		if *p, err = strconv.Atoi(f[3+i]); err != nil {
+			return simSpec{}, fmt.Errorf("bad LOCKFS_BENCH_SIM %q: %w", v, err)
+		}
+	}
+	return s, nil
+}
+
+// simLock is lock j of sim host i: every host's locks sit under the same
+// few parents.
+func simLock(i, j int) string { return fmt.Sprintf("s%d/h%d-k%d", j%simParents, i, j) }
+
+// simHosts is the helper process: it runs the hosts of its spec and
+// answers the harness's commands until "close".
+func simHosts() error {
+	spec, err := parseSimSpec(os.Getenv("LOCKFS_BENCH_SIM"))
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	var lost atomic.Int64
+	hosts := make([]*gcsClientHost, spec.hosts)
+	for k := range hosts {
+		if hosts[k], err = newClientHost(ctx, gcsbackend.Config{Bucket: spec.bucket, Endpoint: spec.endpoint,
+			Prefix: spec.prefix, HostID: fmt.Sprintf("sim-h%d", spec.first+k)}, &lost); err != nil {
+			return err
+		}
+	}
+	// each runs f on every (host, lock) pair, simTakeWorkers at a time,
+	// and counts the failures.
+	each := func(f func(h *gcsClientHost, i, j int) error) (failed int64, first error) {
+		var mu sync.Mutex
+		parallel(ctx, spec.hosts*spec.locks, simTakeWorkers, func(n int) error {
+			k, j := n%spec.hosts, n/spec.hosts
+			if err := f(hosts[k], spec.first+k, j); err != nil {
+				mu.Lock()
+				failed++
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+			return nil
+		})
+		return failed, first
+	}
+	acquire := func(h *gcsClientHost, i, j int) error {
+		actx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		_, err := h.e.Acquire(actx, gcsRequest(simLock(i, j), j+1, true))
+		return err
+	}
+	release := func(h *gcsClientHost, i, j int) error {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		req := gcsRequest(simLock(i, j), j+1, true)
+		return h.e.Release(rctx, req.Lock, req.Owner)
+	}
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		cmd := strings.Fields(in.Text())
+		if len(cmd) == 0 {
+			continue
+		}
+		start := time.Now()
+		switch cmd[0] {
+		case "take":
+			if len(cmd) != 2 {
+				return fmt.Errorf("bad command %q", in.Text())
+			}
+			bound, err := time.ParseDuration(cmd[1])
+			if err != nil {
+				return err
+			}
+			tctx, cancel := context.WithTimeout(ctx, bound)
+			var held atomic.Int64
+			stop := make(chan struct{})
+			go func() {
+				t := time.NewTicker(30 * time.Second)
+				defer t.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-t.C:
+						fmt.Printf("progress %d\n", held.Load())
+					}
+				}
+			}()
+			failed, first := each(func(h *gcsClientHost, i, j int) error {
+				if tctx.Err() != nil {
+					return tctx.Err()
+				}
+				actx, acancel := context.WithTimeout(tctx, time.Minute)
+				defer acancel()
+				if _, err := h.e.Acquire(actx, gcsRequest(simLock(i, j), j+1, true)); err != nil {
+					return err
+				}
+				held.Add(1)
+				return nil
+			})
+			cancel()
+			close(stop)
+			if first != nil {
+				fmt.Fprintln(os.Stderr, "take: first failure:", first)
+			}
+			fmt.Printf("took %d %d %d %.3f\n", held.Load(), failed, lost.Load(), time.Since(start).Seconds())
+		case "stats":
+			var st gcsbackend.Stats
+			for _, h := range hosts {
+				s := h.b.Stats()
+				st.Reads += s.Reads
+				st.Writes += s.Writes
+				st.Lists += s.Lists
+				st.Deletes += s.Deletes
+			}
+			fmt.Printf("stats %d %d %d %d\n", st.Reads, st.Writes, st.Lists, st.Deletes)
+		case "churn":
+			if len(cmd) != 3 {
+				return fmt.Errorf("bad command %q", in.Text())
+			}
+			dur, err1 := time.ParseDuration(cmd[1])
+			every, err2 := time.ParseDuration(cmd[2])
+			if err := errors.Join(err1, err2); err != nil {
+				return err
+			}
+			// Each cycle: release every lock, leave them released
+			// (warm) for half the period, take them all again and
+			// hold them for the other half.
+			var cycles, failed int64
+			for time.Since(start) < dur {
+				t0 := time.Now()
+				f1, e1 := each(release)
+				time.Sleep(every/2 - time.Since(t0))
+				f2, e2 := each(acquire)
+				if e := errors.Join(e1, e2); e != nil {
+					fmt.Fprintln(os.Stderr, "churn:", e)
+				}
+				cycles++
+				failed += f1 + f2
+				time.Sleep(every - time.Since(t0))
+			}
+			fmt.Printf("churned %d %d %d\n", cycles, failed, lost.Load())
+		case "close":
+			parallel(ctx, len(hosts), simCloseWorkers, func(k int) error {
+				hosts[k].e.Close() // a release that failed expires after its TTL
+				return nil
+			})
+			fmt.Printf("closed %d %.3f\n", lost.Load(), time.Since(start).Seconds())
+			return nil
+		default:
+			return fmt.Errorf("bad command %q", in.Text())
+		}
+	}
+	return in.Err()
+}
+
+// simProc is a running sim helper process, seen from the harness.
+type simProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string // its answers; closed when it exits
+	done  chan struct{}
+	log   string
+	// progress, if set, is given the "progress" lines.
+	progress func(string)
+}
+
+// startSimProc re-executes this binary as a sim helper for spec.
+func (r *runner) startSimProc(name string, spec simSpec) (*simProc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "-test.run=^$") // harmless if self is a test binary
+	cmd.Env = append(os.Environ(), helperEnv+"="+helperSimHosts, spec.env())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(r.logDir, name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &simProc{cmd: cmd, stdin: stdin, lines: make(chan string, 4), done: make(chan struct{}), log: logPath}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+		cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// ask sends a command and returns the answer's fields after its first
+// word, which must be want.
+func (p *simProc) ask(ctx context.Context, cmd, want string) ([]float64, error) {
+	if _, err := fmt.Fprintln(p.stdin, cmd); err != nil {
+		return nil, fmt.Errorf("%s: %w (%s)", cmd, err, logTail(p.log))
+	}
+	for {
+		select {
+		case s, ok := <-p.lines:
+			if ok && strings.HasPrefix(s, "progress ") {
+				if p.progress != nil {
+					p.progress(s)
+				}
+				continue
+			}
+			return parseAnswer(cmd, want, s, ok, p.log)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// parseAnswer reads an answer line: its first word must be want, the
+// others numbers.
+func parseAnswer(cmd, want, s string, ok bool, log string) ([]float64, error) {
+	{
+		f := strings.Fields(s)
+		if !ok || len(f) == 0 || f[0] != want {
+			return nil, fmt.Errorf("%s: answer %q (%s)", cmd, s, logTail(log))
+		}
+		out := make([]float64, len(f)-1)
+		for i, x := range f[1:] {
+			v, err := strconv.ParseFloat(x, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s: answer %q", cmd, s)
+			}
+			out[i] = v
+		}
+		return out, nil
+	}
+}
+
+// kill ends the process at once and reaps it.
+func (p *simProc) kill() {
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+// logTail returns the end of a log file, for an error message.
+func logTail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 1024 {
+		b = b[len(b)-1024:]
+	}
+	return strings.TrimSpace(string(b))
+}
