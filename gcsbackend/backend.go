@@ -319,7 +319,7 @@ func (b *Backend) recFor(name string, id lockmgr.LockID, s *session) *ownRec {
 	defer b.mu.Unlock()
 	r := b.recs[name]
 	if r == nil || r.sess != s {
-		r = &ownRec{id: id, name: name, sess: s, slot: make(chan struct{}, 1), wantedBy: map[string]bool{}}
+		r = &ownRec{id: id, name: name, sess: s, slot: make(chan struct{}, 1)} // wantedBy: nil until wanted
 		b.recs[name] = r
 	}
 	return r

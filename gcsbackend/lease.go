@@ -43,6 +43,46 @@ type lease struct {
 	// lostErr wraps lockmgr.ErrLeaseLost once the lease is lost.
 	// INVARIANT: lostErr != nil iff lostc is closed. GUARDED_BY(mu)
 	lostErr error
+	// onLost is called once the lease is lost (OnLost). GUARDED_BY(mu)
+	onLost func()
+}
+
+// OnLost implements lockmgr.LossNotifier: f is called in a goroutine of
+// its own when the lease is lost, so that the engine needs no goroutine
+// per lease waiting on Done.
+func (l *lease) OnLost(f func()) (stop func()) {
+	l.mu.Lock()
+	if l.lostErr != nil {
+		l.mu.Unlock()
+		l.b.notify(f)
+		return func() {}
+	}
+	l.onLost = f
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		l.onLost = nil
+		l.mu.Unlock()
+	}
+}
+
+// notify runs f in a goroutine of its own, counted in workers unless the
+// backend is closed (Close waits for the workers; a lease lost after
+// Close still tells its engine). The caller holds neither b.mu nor a
+// lease's mu.
+func (b *Backend) notify(f func()) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		go f()
+		return
+	}
+	b.workers.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.workers.Done()
+		f()
+	}()
 }
 
 // newLease makes the lease over r, whose record is in place.
@@ -130,11 +170,12 @@ func (l *lease) Describe() string {
 	return fmt.Sprintf("gcs %s epoch=%d session=%s valid %.1fs", mode, epoch, l.r.sess.id, (until - l.b.clock.Now()).Seconds())
 }
 
-// lose marks the lease lost, once.
+// lose marks the lease lost, once, and calls its OnLost function. The
+// caller holds no lock of the backend's.
 func (l *lease) lose(cause error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.lostErr != nil || l.released {
+		l.mu.Unlock()
 		return
 	}
 	if !errors.Is(cause, lockmgr.ErrLeaseLost) {
@@ -142,8 +183,14 @@ func (l *lease) lose(cause error) {
 	}
 	l.lostErr = fmt.Errorf("%s: %w", l.r.id, cause)
 	close(l.lostc)
+	f := l.onLost
+	l.onLost = nil
+	l.mu.Unlock()
 	l.b.stats.losses.Add(1)
 	l.b.log.WithError(cause).WithFields(logrus.Fields{"lock": l.r.id.String()}).Warn("lease lost")
+	if f != nil {
+		l.b.notify(f)
+	}
 }
 
 func (l *lease) markReleased() {

@@ -159,6 +159,18 @@ type ContendedLease interface {
 	Contended() <-chan struct{}
 }
 
+// LossNotifier is implemented by a lease that can call a function when it
+// is lost, so that the engine needs no goroutine per lease to wait on Done
+// (with 100,000 leases held, those goroutines' stacks alone were 2 KiB per
+// lease).
+type LossNotifier interface {
+	// OnLost arranges for f to be called once, in a goroutine of its own,
+	// when the lease is lost (at once if it already is), unless the
+	// returned stop is called first. It must not block; f is called
+	// without any lock of the lease held.
+	OnLost(f func()) (stop func())
+}
+
 // LeaseDescriber is implemented by leases that have a state worth showing in
 // status output (the gcs backend's expiry, for example).
 type LeaseDescriber interface {

@@ -9,15 +9,34 @@ import (
 // ErrBroken is wrapped in ErrLeaseLost when an operator broke a lock.
 var ErrBroken = errors.New("broken by an operator")
 
-// watchLocked starts a goroutine that marks ls's holds lost if lease is
-// lost. Leases that cannot be lost (Done returns nil) need no watcher.
+// watchLocked arranges for ls's holds to be marked lost if lease is lost:
+// through the lease's OnLost if it has one (LossNotifier), else with a
+// goroutine that waits on Done. Leases that cannot be lost (Done returns
+// nil) need no watcher.
 func (e *Engine) watchLocked(ls *lockState, lease Lease) {
+	lost := func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.closed || ls.lease != lease {
+			return
+		}
+		err := lease.Err()
+		if err == nil {
+			err = ErrLeaseLost
+		}
+		e.loseLocked(ls, lease, err)
+		e.settleLocked(ls)
+	}
+	if n, ok := lease.(LossNotifier); ok {
+		ls.unwatch = n.OnLost(lost)
+		return
+	}
 	done := lease.Done()
 	if done == nil {
 		return
 	}
 	unwatch := make(chan struct{})
-	ls.unwatch = unwatch
+	ls.unwatch = func() { close(unwatch) }
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
@@ -28,23 +47,14 @@ func (e *Engine) watchLocked(ls *lockState, lease Lease) {
 		case <-e.closing:
 			return
 		}
-		e.mu.Lock()
-		if ls.lease == lease {
-			err := lease.Err()
-			if err == nil {
-				err = ErrLeaseLost
-			}
-			e.loseLocked(ls, lease, err)
-			e.settleLocked(ls)
-		}
-		e.mu.Unlock()
+		lost()
 	}()
 }
 
 // unwatchLocked stops ls's lease watcher, if any.
 func (ls *lockState) unwatchLocked() {
 	if ls.unwatch != nil {
-		close(ls.unwatch)
+		ls.unwatch()
 		ls.unwatch = nil
 	}
 }

@@ -45,8 +45,8 @@ type lockState struct {
 	// for the lock. The lease is handed to no new request (privileged
 	// ones aside) and is released when its holds end (yield.go).
 	yielding bool
-	// unwatch stops the lease's watcher goroutine, if it has one.
-	unwatch chan struct{}
+	// unwatch stops the lease's watcher (watchLocked), if it has one.
+	unwatch func()
 	// busy: a Claim, Convert or Release of this lock's lease is in flight,
 	// and mu was dropped for it. Nobody else touches the lease meanwhile.
 	busy bool
