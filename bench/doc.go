@@ -19,12 +19,15 @@
 // `go build` together with bench/internal/noopfs, bench/internal/loopback
 // and cmd/lockfs. The GCS request counts are taken in process, with a
 // lockmgr.Engine over gcsbackend, against the GCS emulator (gcsemu, forked
-// under third_party/; gcsbackend/gcstest) behind gcsbackend/faultproxy, which counts requests by kind and by object
-// and can enforce GCS's per-object write limit and add latency. The fleet
-// figures run many such hosts in this process (gcsfleet: 16 hosts under the
-// write limit; gcssim: 1,000 hosts holding 100 locks each, and first a
-// reduced load of 2 each, held as far as the emulator sets it up within a
-// bound), and gcsheld holds 100,000 locks through a `lockfs mount --backend gcs` daemon. The takeover figure kills the holder
+// under third_party/; gcsbackend/gcstest) behind gcsbackend/faultproxy,
+// which counts requests by kind and by object and can enforce GCS's
+// per-object write limit and add latency. The fleet figures run many such
+// hosts in this process (gcsfleet: 16 hosts under the write limit). The
+// scale measurements run only with Config.Scale (make bench-scale): gcssim
+// runs 1,000 hosts holding 100 locks each in helper processes (this binary
+// re-executed, simhosts.go), counting requests in their backends, and
+// gcsheld holds 100,000 locks through a `lockfs mount --backend gcs`
+// daemon. The takeover figure kills the holder
 // host's `lockfs mount --backend gcs` daemon with SIGKILL while a second
 // daemon's client waits; with a lockfs binary that lacks the gcs backend,
 // the holder host is a re-executed copy of the harness binary instead.
