@@ -323,26 +323,9 @@ type lineProc struct {
 // logDir/name.log. It is stopped when the run ends, if not before.
 func (r *runner) startLineProc(name string, args ...string) (*lineProc, error) {
 	cmd := exec.Command(r.bin(binLoadgen), args...)
-	// A session of its own: a lease-loss signal sent to the holder's
-	// process group must not reach the harness.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Env = loadgenEnv()
-	stdin, err := cmd.StdinPipe()
+	stdin, stdout, logPath, err := r.startPiped(name, cmd)
 	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	logPath := filepath.Join(r.logDir, name+".log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	p := &lineProc{cmd: cmd, stdin: stdin, first: make(chan []byte, 1), done: make(chan struct{}), log: logPath}
@@ -355,6 +338,33 @@ func (r *runner) startLineProc(name string, args ...string) (*lineProc, error) {
 	}()
 	r.atClose(p.stop)
 	return p, nil
+}
+
+// startPiped starts cmd in a session of its own (a lease-loss signal sent
+// to a holder's process group must not reach the harness), killed if the
+// harness dies, with pipes to its standard input and output and its
+// standard error in logDir/name.log, whose path it returns.
+func (r *runner) startPiped(name string, cmd *exec.Cmd) (io.WriteCloser, io.ReadCloser, string, error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	logPath := filepath.Join(r.logDir, name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	defer logf.Close()
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		return nil, nil, "", err
+	}
+	return stdin, stdout, logPath, nil
 }
 
 // line waits for the process's first line of output.

@@ -8,12 +8,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/lockfs/lockfs/gcsbackend"
@@ -242,23 +240,8 @@ func (r *runner) startSimProc(name string, spec simSpec) (*simProc, error) {
 	}
 	cmd := exec.Command(self, "-test.run=^$") // harmless if self is a test binary
 	cmd.Env = append(os.Environ(), helperEnv+"="+helperSimHosts, spec.env())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
+	stdin, stdout, logPath, err := r.startPiped(name, cmd)
 	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	logPath := filepath.Join(r.logDir, name+".log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	p := &simProc{cmd: cmd, stdin: stdin, lines: make(chan string, 4), done: make(chan struct{}), log: logPath}
