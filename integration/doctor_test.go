@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/gcsbackend/gcstest"
 )
 
 // asNobody prefixes a command to run it as uid/gid 65534.
@@ -98,9 +100,10 @@ func TestDoctor(t *testing.T) {
 }
 
 // TestDoctorGCS: with --backend gcs, doctor proves the bucket usable, and
-// fails, naming the bucket, on one that does not exist (the control).
+// fails, naming the bucket, on one that does not exist (the control). On
+// fake-gcs-server: gcsemu creates a missing bucket on the first write.
 func TestDoctorGCS(t *testing.T) {
-	emu := startEmulator(t)
+	emu := gcstest.StartKind(t, gcstest.FakeGCSServer)
 	ok := run(t, 90*time.Second, lockfsBin, "doctor", "--backend", "gcs", "--gcs-bucket", emu.Bucket, "--gcs-endpoint", emu.Endpoint())
 	if ok.code != 0 || !strings.Contains(ok.stdout, "gcs bucket "+emu.Bucket) || strings.Contains(ok.stdout, "FAIL") {
 		t.Errorf("doctor with the emulator's bucket: %v", ok)
