@@ -125,7 +125,7 @@ func newPTMountAt(t testing.TB, src, mnt string, opts ...func(*Config)) *ptMount
 	// bazil's readers are left out: another mount of the same test starts
 	// and ends its own at any time, and this mount's end when its Serve
 	// returns, which the cleanup waits for (readerGoroutine).
-	testutil.CheckGoroutines(t, readerGoroutine)
+	checkGoroutinesOnce(t)
 	ptRequireFUSE(t)
 	log := logrus.New()
 	log.Out = ptLogWriter{t}
