@@ -266,28 +266,41 @@ func TestTwoLocalEnginesTakeTurns(t *testing.T) {
 			}
 
 			bound := 20 * time.Second
+			tries := 1
 			if c.keepContended {
-				bound = 1500 * time.Millisecond
+				// A loaded machine may leave the busy engine a moment with
+				// no holder (all three between a release and their next
+				// grant): the control fails only if the other engine gets
+				// the lock in every try.
+				bound, tries = 1500*time.Millisecond, 3
 			}
-			wctx, cancel := context.WithTimeout(context.Background(), bound)
-			defer cancel()
 			r := lockmgr.Request{Lock: lockmgr.LockID{Path: "f", Kind: lockmgr.KindDir}, Mode: lockmgr.Exclusive,
 				Owner: lockmgr.Owner{Class: lockmgr.OwnerFile, ID: 9}, TID: pids[3], Wait: true}
-			start := time.Now()
-			_, err := other.Acquire(wctx, r)
-			took := time.Since(start)
-			switch {
-			case c.keepContended && err == nil:
-				t.Fatalf("control: the other engine got the lock in %v while the busy one kept it", took)
-			case c.keepContended:
-				if !errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("control: %v", err)
+			for try := 1; ; try++ {
+				wctx, cancel := context.WithTimeout(context.Background(), bound)
+				start := time.Now()
+				_, err := other.Acquire(wctx, r)
+				took := time.Since(start)
+				cancel()
+				if err == nil {
+					other.Release(context.Background(), r.Lock, r.Owner)
 				}
-			case err != nil:
-				t.Fatalf("the other engine did not get the lock within %v: %v", bound, err)
-			default:
-				t.Logf("the other engine waited %v", took)
-				other.Release(context.Background(), r.Lock, r.Owner)
+				switch {
+				case c.keepContended && err == nil && try < tries:
+					t.Logf("control: the other engine got the lock in %v (try %d of %d); trying again", took, try, tries)
+					continue
+				case c.keepContended && err == nil:
+					t.Fatalf("control: the other engine got the lock in each of %d tries (the last in %v) while the busy one kept it", tries, took)
+				case c.keepContended:
+					if !errors.Is(err, context.DeadlineExceeded) {
+						t.Fatalf("control: %v", err)
+					}
+				case err != nil:
+					t.Fatalf("the other engine did not get the lock within %v: %v", bound, err)
+				default:
+					t.Logf("the other engine waited %v", took)
+				}
+				break
 			}
 			// Either way, the busy engine's requesters go on.
 			before := grants.Load()
