@@ -303,13 +303,23 @@ func (t *ProcTree) Alive(p ProcID) bool {
 	return err == nil && start == p.Start && state != 'Z' && state != 'X'
 }
 
-// readStat returns the state (field 3) and start time (field 22) of
-// ROOT/PID/stat. It reads into a stack buffer: this is the cache-hit path.
+// readStat returns the state (field 3) and start time (field 22) of the
+// thread or process pid. It reads into a stack buffer: this is the
+// cache-hit path. On the real procfs it reads ROOT/PID/task/PID/stat, the
+// task's own line: ROOT/PID/stat adds up the times of every thread of
+// pid's thread group, so that each read cost O(threads) and a pool of
+// 10,000 threads waiting for one lock took minutes to queue (state and
+// start time are the task's own in both). A fake procfs (tests) has
+// ROOT/PID/stat only.
 func (t *ProcTree) readStat(pid int) (state byte, start uint64, err error) {
-	var pathBuf [64]byte
+	var pathBuf [96]byte
 	path := append(pathBuf[:0], t.root...)
 	path = append(path, '/')
 	path = strconv.AppendInt(path, int64(pid), 10)
+	if t.root == defaultProcRoot {
+		path = append(path, "/task/"...)
+		path = strconv.AppendInt(path, int64(pid), 10)
+	}
 	path = append(path, "/stat"...)
 	var buf [statBufSize]byte
 	n, err := readInto(path, buf[:])
