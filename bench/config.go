@@ -111,6 +111,10 @@ type Config struct {
 	// Log receives progress lines. Nil discards them.
 	Log io.Writer
 
+	// DrainWaiters is the number of waiters queued on one lock that
+	// drain (the drain_10k keys).
+	DrainWaiters int
+
 	// Smoke marks a run whose figures mean nothing (tiny sizes).
 	Smoke bool
 }
@@ -156,7 +160,8 @@ func DefaultConfig() Config {
 		GCSHeldSetup:   12 * time.Minute,
 		GCSHeldPairs:   200,
 
-		FairHold: 200 * time.Millisecond,
+		FairHold:     200 * time.Millisecond,
+		DrainWaiters: 10000,
 	}
 }
 
@@ -216,6 +221,7 @@ func SmokeConfig() Config {
 		GCSHeldSetup:   30 * time.Second,
 		GCSHeldPairs:   10,
 		FairHold:       50 * time.Millisecond,
+		DrainWaiters:   50,
 		Scale:          true,
 		Smoke:          true,
 	}

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -278,4 +279,149 @@ func TestProfileHeldGCS(t *testing.T) {
 	}
 	profileMount(t, src, mnt, backend)
 	profileHeld(t, out, "-gcs", loadgen, filepath.Join(mnt, "h"), held)
+}
+
+// TestProfileDrain profiles the in-process daemon while a queue of
+// waiters drains: a holder keeps a/.lock, LOCKFS_BENCH_PROFILE_WAITERS
+// threads (default 10000) of one loadgen each wait for it on their own
+// open file description, then the holder lets go and each waiter takes
+// the lock, releases it and closes. It writes cpu-queue.pprof (while
+// they queue), cpu-drain.pprof, and heap-queued.pprof and
+// goroutine-queued.pprof (all waiters queued) under LOCKFS_BENCH_PROFILE:
+//
+//	LOCKFS_BENCH_PROFILE=/tmp/prof go test -run TestProfileDrain -v ./bench/
+func TestProfileDrain(t *testing.T) {
+	out, _, loadgen := profileSetup(t)
+	n := 10000
+	if s := os.Getenv("LOCKFS_BENCH_PROFILE_WAITERS"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lim unix.Rlimit
+	unix.Getrlimit(unix.RLIMIT_NOFILE, &lim)
+	lim.Cur = lim.Max
+	unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+	src, mnt := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	backend, err := localbackend.New(localbackend.Config{Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	profileMount(t, src, mnt, backend)
+	ctl := filepath.Join(mnt, "a", ".lock")
+	holder := exec.Command(loadgen, "lock", "-file", ctl)
+	holder.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	hin, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hout, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Wait()
+	defer hin.Close()
+	var granted struct{ Granted_ns float64 }
+	if err := json.NewDecoder(hout).Decode(&granted); err != nil {
+		t.Fatal(err)
+	}
+	waiters := exec.Command(loadgen, "waiters", "-file", ctl, "-n", strconv.Itoa(n))
+	waiters.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	wout, err := waiters.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiters.Stderr = os.Stderr
+	if err := waiters.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer waiters.Wait()
+	dec := json.NewDecoder(wout)
+	var opened struct{ Opened_ns float64 }
+	if err := dec.Decode(&opened); err != nil {
+		t.Fatal(err)
+	}
+	queueOut, err := os.Create(filepath.Join(out, "cpu-queue.pprof"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer queueOut.Close()
+	if err := pprof.StartCPUProfile(queueOut); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	want := fmt.Sprintf("\nwaiters %d\n", n)
+	for {
+		b, err := readRaw(ctl)
+		if err == nil && bytes.Contains(b, []byte(want)) {
+			break
+		}
+		if time.Since(start) > 5*time.Minute {
+			t.Fatalf("the %d waiters did not all queue within 5 minutes", n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	pprof.StopCPUProfile()
+	t.Logf("%d waiters queued in %v", n, time.Since(start).Round(time.Millisecond))
+	runtime.GC()
+	for _, p := range []string{"heap", "goroutine"} {
+		if f, err := os.Create(filepath.Join(out, p+"-queued.pprof")); err == nil {
+			pprof.Lookup(p).WriteTo(f, 0)
+			f.Close()
+		}
+	}
+	var done struct{ First_ns, Last_ns, Errors float64 }
+	cpuOut, err := os.Create(filepath.Join(out, "cpu-drain.pprof"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpuOut.Close()
+	if err := pprof.StartCPUProfile(cpuOut); err != nil {
+		t.Fatal(err)
+	}
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	hin.Close() // the holder lets go
+	err = dec.Decode(&done)
+	pprof.StopCPUProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	t.Logf("drain of %d waiters: %.2f s after the release (first grant after %.3f s), %v errors; max RSS of the test process %.0f MiB",
+		n, (done.Last_ns-float64(ts.Nano()))/1e9, (done.First_ns-float64(ts.Nano()))/1e9, done.Errors, float64(ru.Maxrss)/1024)
+}
+
+// readRaw reads a file on the in-process mount with plain system calls:
+// os.ReadFile would register the descriptor with the Go netpoller, whose
+// epoll calls make the kernel ask this very process's server, which can
+// deadlock the process that serves the mount.
+func readRaw(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var out []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Read(fd, buf)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return nil, err
+		case n == 0:
+			return out, nil
+		}
+		out = append(out, buf[:n]...)
+	}
 }

@@ -272,6 +272,7 @@ var RequiredKeys = []string{
 	"disjoint_1p_pairs_per_s", "disjoint_2p_pairs_per_s", "disjoint_4p_pairs_per_s", "disjoint_8p_pairs_per_s",
 	"cycle_per_s",
 	"fair_cross_mount_wait_ms", "kernel_fair_wait_ms",
+	"drain_10k_waiters_s", "kernel_drain_waiters_s", "drain_10k_rss_mb",
 }
 
 // ScaleKeys are the keys make bench-scale writes (Config.Scale): a number

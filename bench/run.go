@@ -13,7 +13,7 @@ import (
 
 // Measurements are the names of the harness's measurements, in the order
 // they run; Config.Only selects among them.
-var Measurements = []string{"lockpair", "cycle", "disjoint", "handoff", "fair", "held", "seq", "meta", "tree", "gcs", "gcsfleet", "etcd"}
+var Measurements = []string{"lockpair", "cycle", "disjoint", "handoff", "fair", "held", "seq", "meta", "tree", "gcs", "gcsfleet", "etcd", "drain"}
 
 // ScaleMeasurements are the measurements of make bench-scale, run after
 // Measurements when Config.Scale is set: 1,000 hosts × 100 locks on GCS
@@ -94,6 +94,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		"gcssim":   r.gcsSim,
 		"gcsheld":  r.gcsHeld,
 		"etcd":     r.etcd,
+		"drain":    r.drain,
 	}
 	var errs []error
 	names := Measurements

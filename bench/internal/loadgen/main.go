@@ -13,6 +13,7 @@
 //	loadgen handoff  -file F -shm S -id I -procs P -rounds R -hold H [-poll D]
 //	loadgen hold     -root DIR -n N -fan F     hold N locks until stdin closes
 //	loadgen lock     -file F                   wait for one lock, hold it until stdin closes
+//	loadgen waiters  -file F -n N              N threads each wait for the lock once
 //	loadgen meta     -dir D -n N               create + stat + unlink
 //	loadgen write    -file F -size B [-fsync]  sequential write of a new file
 //	loadgen read     -file F                   sequential read
@@ -31,6 +32,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +60,8 @@ func main() {
 		err = runHold(args)
 	case "lock":
 		err = runLock(args)
+	case "waiters":
+		err = runWaiters(args)
 	case "meta":
 		err = runMeta(args)
 	case "write":
@@ -508,4 +512,60 @@ func runLock(args []string) error {
 	}
 	io.Copy(io.Discard, os.Stdin)
 	return nil
+}
+
+// waiters: open file n times (n open file descriptions: soft RLIMIT_NOFILE
+// is raised to the hard limit) and, on n threads, wait in flock(LOCK_EX)
+// on each, unlock and close it at once when granted. It prints
+// {"opened_ns": ...} when every thread is about to wait, then, once all
+// were served, {"first_ns": ..., "last_ns": ..., "errors": ...}: the
+// CLOCK_MONOTONIC times of the first and the last grant.
+func runWaiters(args []string) error {
+	fl := flag.NewFlagSet("waiters", flag.ExitOnError)
+	file := fl.String("file", "", "file to lock")
+	n := fl.Int("n", 1000, "waiters")
+	fl.Parse(args)
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+	}
+	// Each waiter blocks a thread in flock(2).
+	debug.SetMaxThreads(*n + 1000)
+	fds := make([]int, *n)
+	for i := range fds {
+		fd, err := openLock(*file)
+		if err != nil {
+			return err
+		}
+		fds[i] = fd
+	}
+	var first, last atomic.Int64
+	var errs atomic.Int64
+	var wg sync.WaitGroup
+	for _, fd := range fds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := flock(fd, unix.LOCK_EX); err != nil {
+				errs.Add(1)
+				unix.Close(fd)
+				return
+			}
+			now := mono()
+			first.CompareAndSwap(0, now)
+			for {
+				l := last.Load()
+				if now <= l || last.CompareAndSwap(l, now) {
+					break
+				}
+			}
+			unix.Close(fd) // releases the flock
+		}()
+	}
+	if err := emit(map[string]float64{"opened_ns": float64(mono())}); err != nil {
+		return err
+	}
+	wg.Wait()
+	return emit(map[string]float64{"first_ns": float64(first.Load()), "last_ns": float64(last.Load()), "errors": float64(errs.Load())})
 }
