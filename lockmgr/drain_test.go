@@ -19,16 +19,23 @@ func (threadsTree) Alive(ProcID) bool { return true }
 // TestDrainOfOneProcessThreads: n threads of one process queue for one
 // lock, each through its own open file description (they exclude each
 // other, as in the kernel), and the queue drains. Each grant wakes only
-// the waiters it may let in: about one wake-up per waiter. Before, a
-// grant woke every queued thread of the holder's process (they may jump
-// the queue when their lineage holds the lock, but a hold of another
-// description of the same control file blocks them), n²/2 wake-ups to
-// drain. Control: waking them all (wakeBlockedUnder) costs that.
+// the waiters it may let in, about one wake-up per waiter, and looks at
+// no other waiter (the waiters are indexed by process and owner), about
+// none per grant. Two controls: a grant that woke every queued thread of
+// the holder's process (wakeBlockedUnder: they may jump the queue when
+// their lineage holds the lock, but a hold of another description of the
+// same control file blocks them) costs n²/2 wake-ups; one that looked
+// through the whole queue for those it may let in (wakeByScan) looks at
+// n²/2 waiters.
 func TestDrainOfOneProcessThreads(t *testing.T) {
 	const n = 300
-	for _, control := range []bool{false, true} {
-		t.Run(map[bool]string{false: "fixed", true: "control-wake-all"}[control], func(t *testing.T) {
-			if control {
+	for _, mode := range []string{"fixed", "control-wake-all", "control-scan"} {
+		t.Run(mode, func(t *testing.T) {
+			if mode != "fixed" {
+				defer func(old bool) { wakeByScan = old }(wakeByScan)
+				wakeByScan = true
+			}
+			if mode == "control-wake-all" {
 				defer func(old bool) { wakeBlockedUnder = old }(wakeBlockedUnder)
 				wakeBlockedUnder = true
 			}
@@ -68,7 +75,7 @@ func TestDrainOfOneProcessThreads(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 			e.mu.Lock()
-			before := e.wakes
+			before, examinedBefore := e.wakes, e.examined
 			e.mu.Unlock()
 			if err := e.Release(ctx, id, req(0).Owner); err != nil {
 				t.Fatal(err)
@@ -79,15 +86,17 @@ func TestDrainOfOneProcessThreads(t *testing.T) {
 				}
 			}
 			e.mu.Lock()
-			wakes := e.wakes - before
+			wakes, examined := e.wakes-before, e.examined-examinedBefore
 			e.mu.Unlock()
-			t.Logf("%d wake-ups to drain %d threads of one process", wakes, n)
+			t.Logf("%d wake-ups, %d waiters looked at, to drain %d threads of one process", wakes, examined, n)
 			bound := uint64(4 * n)
-			if !control && wakes > bound {
-				t.Errorf("%d wake-ups to drain %d waiters, want at most %d", wakes, n, bound)
-			}
-			if control && wakes <= bound {
+			switch {
+			case mode == "fixed" && (wakes > bound || examined > bound):
+				t.Errorf("%d wake-ups and %d waiters looked at to drain %d waiters, want at most %d each", wakes, examined, n, bound)
+			case mode == "control-wake-all" && wakes <= bound:
 				t.Errorf("control: waking every thread of the holder's process took only %d wake-ups: the test cannot tell", wakes)
+			case mode == "control-scan" && examined <= bound:
+				t.Errorf("control: scanning the queue at each grant looked at only %d waiters: the test cannot tell", examined)
 			}
 		})
 	}

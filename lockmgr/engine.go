@@ -135,6 +135,9 @@ type Engine struct {
 	// wakes counts the wake-ups sent to queued waiters, so that Release
 	// knows whether it woke one (yield). GUARDED_BY(mu)
 	wakes uint64
+	// examined counts the waiters that wake-ups for holds looked at
+	// (queue.go), for tests. GUARDED_BY(mu)
+	examined uint64
 	// grants numbers the grants of explicit holds, so that a deferred
 	// token issued for one grant is never recorded for a later grant of
 	// the same hold (tokens.go). GUARDED_BY(mu)

@@ -12,9 +12,13 @@ package lockmgr
 //   - A waiter leaving the queue wakes those it held back: the next head,
 //     or the shared waiters behind it when it was the first exclusive one.
 //   - A waiter whose lineage comes to hold the lock may jump the queue
-//     (privilegedLocked). Only a new hold by a process that some waiter
-//     descends from (ls.under) makes the engine look through the queue;
-//     a change of who a hold belongs to (a process exit, heirs.go) wakes
+//     (privilegedLocked). The waiters are indexed by the processes of
+//     their lineages (ls.under, procWaiters) and by owner (ls.byOwner),
+//     so that a hold of process p looks only at the waiters it may let
+//     in: those p is an ancestor of, and those of p's own threads whose
+//     step the hold does not block (wakeLetInLocked). A grant to one of
+//     10,000 queued threads of one process looks at none of the others.
+//     A change of who a hold belongs to (a process exit, heirs.go) wakes
 //     the whole queue, once.
 
 // enqueueLocked appends a waiter for step s of rc to ls's queue.
@@ -32,18 +36,100 @@ func (e *Engine) enqueueLocked(ls *lockState, s step, rc *reqCtx) *waiter {
 	if s.mode == Exclusive && ls.firstX == nil {
 		ls.firstX = w
 	}
-	if len(rc.lineage) > 0 {
-		if ls.under == nil {
-			ls.under = make(map[ProcID]int)
-		}
-		for _, p := range rc.lineage {
-			if p.PID != 1 {
-				ls.under[p]++
-			}
-		}
-	}
+	ls.indexLocked(w, true)
 	e.waiting[rc.req.TID] = w
 	return w
+}
+
+// procWaiters are the waiters of one lock whose lineage contains process
+// p, sorted by what a hold of p does to them (exemptLocked): a hold of p
+// exempts p's descendants (below) and p's own implicit steps (implicit);
+// an explicit shared hold blocks no shared step of p's threads (shared);
+// an explicit exclusive hold blocks every explicit step of p's threads
+// through another owner (exclusive).
+type procWaiters struct {
+	n                                  int
+	below, implicit, shared, exclusive waiterSet
+}
+
+// waiterSet is a set of waiters; nil is empty.
+type waiterSet map[*waiter]struct{}
+
+func (s *waiterSet) add(w *waiter) {
+	if *s == nil {
+		*s = make(waiterSet)
+	}
+	(*s)[w] = struct{}{}
+}
+
+// signalAll wakes every waiter of s and returns how many it looked at.
+func (s waiterSet) signalAll() uint64 {
+	for w := range s {
+		w.signal()
+	}
+	return uint64(len(s))
+}
+
+// setOf returns the set of pw that holds w, whose lineage has p at i.
+func (pw *procWaiters) setOf(w *waiter, i int) *waiterSet {
+	switch {
+	case i > 0:
+		return &pw.below
+	case !w.step.explicit:
+		return &pw.implicit
+	case w.step.mode == Shared:
+		return &pw.shared
+	}
+	return &pw.exclusive
+}
+
+// indexLocked adds w to ls.under and ls.byOwner (add), or removes it.
+func (ls *lockState) indexLocked(w *waiter, add bool) {
+	owner := w.rc.req.Owner
+	if add {
+		if ls.byOwner == nil {
+			ls.byOwner = make(map[Owner][]*waiter)
+		}
+		ls.byOwner[owner] = append(ls.byOwner[owner], w)
+	} else {
+		same := ls.byOwner[owner]
+		for i, q := range same {
+			if q == w {
+				same = append(same[:i], same[i+1:]...)
+				break
+			}
+		}
+		if len(same) == 0 {
+			delete(ls.byOwner, owner)
+		} else {
+			ls.byOwner[owner] = same
+		}
+	}
+	for i, p := range w.rc.lineage {
+		if p.PID == 1 {
+			continue
+		}
+		pw := ls.under[p]
+		if add {
+			if pw == nil {
+				if ls.under == nil {
+					ls.under = make(map[ProcID]*procWaiters)
+				}
+				pw = &procWaiters{}
+				ls.under[p] = pw
+			}
+			pw.n++
+			pw.setOf(w, i).add(w)
+			continue
+		}
+		if pw == nil {
+			continue
+		}
+		delete(*pw.setOf(w, i), w)
+		if pw.n--; pw.n <= 0 {
+			delete(ls.under, p)
+		}
+	}
 }
 
 // dequeueLocked removes w from ls's queue and wakes the waiters that it
@@ -69,13 +155,7 @@ func (e *Engine) dequeueLocked(ls *lockState, w *waiter) {
 	}
 	w.prev, w.next = nil, nil
 	ls.nQueue--
-	for _, p := range w.rc.lineage {
-		if p.PID != 1 {
-			if ls.under[p]--; ls.under[p] <= 0 {
-				delete(ls.under, p)
-			}
-		}
-	}
+	ls.indexLocked(w, false)
 	if wasFirstX {
 		ls.firstX = nil
 		for q := next; q != nil; q = q.next {
@@ -134,14 +214,61 @@ func (ls *lockState) wakeAllLocked() {
 // wakeUnderHoldLocked wakes the waiters of ls that descend from p (or are
 // p), which hold h, new or stronger, of p may let jump the queue; not
 // those that h itself blocks (a thread of p waiting through another open
-// file description of the same control file): h lets none of them in, and
-// waking them made a queue of n threads of one process cost O(n) wake-ups
-// per grant, O(n²) to drain.
+// file description of the same control file): h lets none of them in.
 func (e *Engine) wakeUnderHoldLocked(ls *lockState, p ProcID, h *hold) {
-	if ls.under[p] == 0 {
+	if ls.under[p] == nil {
 		return
 	}
+	if wakeByScan {
+		e.wakeUnderHoldByScanLocked(ls, p, h)
+		return
+	}
+	procs, inherited := e.procsLocked(h)
+	if len(procs) != 1 || procs[0] != p {
+		// h belongs to another process than the one that added to it
+		// (an implicit step of a descriptor's new user): look at all
+		// of p's waiters, as before.
+		e.wakeUnderLocked(ls, p)
+		return
+	}
+	e.wakeLetInLocked(ls, p, h, inherited)
+}
+
+// wakeLetInLocked wakes the waiters whose lineage contains p that hold h,
+// which belongs to p (as an heir if inherited), does not block
+// (blockedByHoldsLocked, exemptLocked): a superset of those h may let
+// jump the queue, found without looking at the others.
+func (e *Engine) wakeLetInLocked(ls *lockState, p ProcID, h *hold, inherited bool) {
+	pw := ls.under[p]
+	if pw == nil {
+		return
+	}
+	e.examined += pw.below.signalAll() // descendants: exempt
+	e.examined += pw.implicit.signalAll()
+	switch {
+	case inherited || h.explicit == 0 || h.mode() == 0:
+		// Exempt (an heir's hold, an implicit one), or not in force.
+		e.examined += pw.shared.signalAll()
+		e.examined += pw.exclusive.signalAll()
+		return
+	case h.mode() == Shared:
+		e.examined += pw.shared.signalAll()
+	}
+	// A thread waiting through h's own owner (one open file description)
+	// is not blocked by it.
+	for _, q := range ls.byOwner[h.owner] {
+		e.examined++
+		if q.rc.lineage.Contains(p) {
+			q.signal()
+		}
+	}
+}
+
+// wakeUnderHoldByScanLocked is wakeUnderHoldLocked as it was: it looks at
+// every waiter of the queue. For a test's control only (wakeByScan).
+func (e *Engine) wakeUnderHoldByScanLocked(ls *lockState, p ProcID, h *hold) {
 	for q := ls.head; q != nil; q = q.next {
+		e.examined++
 		if !q.rc.lineage.Contains(p) {
 			continue
 		}
@@ -156,17 +283,18 @@ func (e *Engine) wakeUnderHoldLocked(ls *lockState, p ProcID, h *hold) {
 // hold blocks too, as it did before. A variable only for a test's control.
 var wakeBlockedUnder = false
 
-// wakeUnderLocked wakes the waiters of ls that descend from p (or are p),
-// which a new hold of p may let jump the queue.
-func (ls *lockState) wakeUnderLocked(p ProcID) {
-	if ls.under[p] == 0 {
+// wakeByScan makes wakeUnderHoldLocked look through the whole queue, as
+// it did before the waiters were indexed. A variable only for a test's
+// control.
+var wakeByScan = false
+
+// wakeUnderLocked wakes every waiter of ls that descends from p (or is p).
+func (e *Engine) wakeUnderLocked(ls *lockState, p ProcID) {
+	pw := ls.under[p]
+	if pw == nil {
 		return
 	}
-	for q := ls.head; q != nil; q = q.next {
-		if q.rc.lineage.Contains(p) {
-			q.signal()
-		}
-	}
+	e.examined += pw.below.signalAll() + pw.implicit.signalAll() + pw.shared.signalAll() + pw.exclusive.signalAll()
 }
 
 // fifoOKLocked reports whether FIFO lets step s (queued as w, or about to

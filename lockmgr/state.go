@@ -23,10 +23,12 @@ type lockState struct {
 	firstX *waiter
 	// seq numbers the waiters in arrival order.
 	seq uint64
-	// under counts, for every process, the waiters whose lineage contains
-	// it (pid 1 aside): a new hold of that process may let them jump the
-	// queue (privilegedLocked), and only then is the queue scanned.
-	under map[ProcID]int
+	// under indexes, for every process, the waiters whose lineage
+	// contains it (pid 1 aside): a new hold of that process may let them
+	// jump the queue (privilegedLocked). byOwner indexes the waiters by
+	// owner. See queue.go.
+	under   map[ProcID]*procWaiters
+	byOwner map[Owner][]*waiter
 	// outside holds the requests that wait for the backend's claim: for a
 	// holder outside this engine (another daemon, a program locking SOURCE
 	// directly, another host), or for another request's claim of it. They
@@ -237,8 +239,9 @@ func (ls *lockState) broadcastLocked() {
 
 // broadcastLocked is lockState.broadcastLocked plus a wake-up of the
 // waiters that may jump the queue (privilegedLocked): those whose lineage
-// holds the lock, which the front need not include. Looked for only among
-// the holds' processes that some waiter descends from (ls.under).
+// holds the lock, which the front need not include, and that the hold
+// does not block. Looked for only among the holds' processes that some
+// waiter descends from (ls.under).
 func (e *Engine) broadcastLocked(ls *lockState) {
 	ls.broadcastLocked()
 	if ls.nQueue == 0 || len(ls.under) == 0 {
@@ -248,9 +251,13 @@ func (e *Engine) broadcastLocked(ls *lockState) {
 		if h.lost != nil {
 			continue
 		}
-		procs, _ := e.procsLocked(h)
+		procs, inherited := e.procsLocked(h)
 		for _, p := range procs {
-			ls.wakeUnderLocked(p)
+			if wakeByScan {
+				e.wakeUnderLocked(ls, p)
+			} else {
+				e.wakeLetInLocked(ls, p, h, inherited)
+			}
 		}
 	}
 }
