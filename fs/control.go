@@ -261,6 +261,12 @@ type controlHandle struct {
 	owner lockmgr.Owner
 
 	// Mutable state
+
+	// owners are the owners whose record in n.owners names this handle,
+	// so that Release finds them without looking at the node's other
+	// owners. GUARDED_BY(n.mu)
+	owners []lockmgr.Owner
+
 	mu sync.Mutex
 	// note is what was written through this handle. GUARDED_BY(mu)
 	note []byte

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -307,13 +308,14 @@ func (h *controlHandle) Release(ctx context.Context, req *fuse.ReleaseRequest) e
 	var owners []lockmgr.Owner
 	n.mu.Lock()
 	n.open--
-	for o, rec := range n.owners {
-		if rec.h == h {
+	for _, o := range h.owners {
+		if rec, ok := n.owners[o]; ok && rec.h == h {
 			done = append(done, rec)
 			owners = append(owners, o)
 			delete(n.owners, o)
 		}
 	}
+	h.owners = nil
 	n.mu.Unlock()
 	var errs []error
 	for i, rec := range done {
@@ -341,6 +343,12 @@ func (c *controlState) release(ctx context.Context, id lockmgr.LockID, owner loc
 // remember records that owner asks for lock id through handle h.
 func (n *controlNode) remember(owner lockmgr.Owner, h *controlHandle, id lockmgr.LockID) {
 	n.mu.Lock()
+	if old, ok := n.owners[owner]; !ok || old.h != h {
+		if ok {
+			old.h.dropOwnerLocked(owner)
+		}
+		h.owners = append(h.owners, owner)
+	}
 	n.owners[owner] = ownerRecord{h: h, id: id}
 	n.mu.Unlock()
 }
@@ -352,8 +360,16 @@ func (n *controlNode) forget(owner lockmgr.Owner) (lockmgr.LockID, bool) {
 	rec, ok := n.owners[owner]
 	if ok {
 		delete(n.owners, owner)
+		rec.h.dropOwnerLocked(owner)
 	}
 	return rec.id, ok
+}
+
+// dropOwnerLocked removes owner from h.owners. Called with h.n.mu held.
+func (h *controlHandle) dropOwnerLocked(owner lockmgr.Owner) {
+	if i := slices.Index(h.owners, owner); i >= 0 {
+		h.owners = slices.Delete(h.owners, i, i+1)
+	}
 }
 
 // permit checks the requester's permission on the directory (SPEC §3): a
