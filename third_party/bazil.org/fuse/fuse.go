@@ -451,8 +451,13 @@ var bufSize = maxRequestSize + maxWrite
 // A request read into a bufSize buffer that fits in smallBufSize is
 // copied into a small message and the big buffer goes back to reqPool at
 // once: a request that waits long (a lock wait) then holds a page, not
-// maxWrite bytes.
+// maxWrite bytes. One that fits in tinyBufSize (a lock request is 88
+// bytes; every request without a name or data fits) is copied into a
+// tiny message instead: 10,000 waiting lock requests then hold 2.5 MiB,
+// not 40.
 var smallBufSize = maxRequestSize
+
+const tinyBufSize = 256
 
 // reqPool is a pool of messages.
 //
@@ -471,6 +476,11 @@ var smallPool = sync.Pool{
 	New: func() interface{} { return newMessage(smallBufSize) },
 }
 
+// tinyPool is reqPool for messages of tinyBufSize.
+var tinyPool = sync.Pool{
+	New: func() interface{} { return newMessage(tinyBufSize) },
+}
+
 func allocMessage() interface{} {
 	return newMessage(bufSize)
 }
@@ -481,13 +491,17 @@ func newMessage(size int) *message {
 	return m
 }
 
-// shrinkMessage returns m, or a small copy of its n bytes if they fit
-// one; m then goes back to reqPool.
+// shrinkMessage returns m, or a small (or tiny) copy of its n bytes if
+// they fit one; m then goes back to reqPool.
 func shrinkMessage(m *message, n int) *message {
 	if n > smallBufSize || cap(m.buf) <= smallBufSize {
 		return m
 	}
-	sm := smallPool.Get().(*message)
+	pool := &smallPool
+	if n <= tinyBufSize {
+		pool = &tinyPool
+	}
+	sm := pool.Get().(*message)
 	sm.conn = m.conn
 	copy(sm.buf, m.buf[:n])
 	putMessage(m)
@@ -516,7 +530,11 @@ func putMessage(m *message) {
 	m.buf = m.buf[:cap(m.buf)]
 	m.conn = nil
 	m.off = 0
-	if cap(m.buf) < bufSize {
+	switch {
+	case cap(m.buf) == tinyBufSize:
+		tinyPool.Put(m)
+		return
+	case cap(m.buf) < bufSize:
 		smallPool.Put(m)
 		return
 	}
