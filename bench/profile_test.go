@@ -22,6 +22,7 @@ import (
 	lockfs "github.com/lockfs/lockfs/fs"
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/localbackend"
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -359,7 +360,7 @@ func TestProfileDrain(t *testing.T) {
 	start := time.Now()
 	want := fmt.Sprintf("\nwaiters %d\n", n)
 	for {
-		b, err := readRaw(ctl)
+		b, err := testutil.ReadNoPoll(ctl)
 		if err == nil && bytes.Contains(b, []byte(want)) {
 			break
 		}
@@ -371,6 +372,10 @@ func TestProfileDrain(t *testing.T) {
 	pprof.StopCPUProfile()
 	t.Logf("%d waiters queued in %v", n, time.Since(start).Round(time.Millisecond))
 	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	t.Logf("queued: heap in use %.1f MiB, goroutine stacks %.1f MiB (%d goroutines), from the OS %.1f MiB",
+		float64(ms.HeapInuse)/(1<<20), float64(ms.StackInuse)/(1<<20), runtime.NumGoroutine(), float64(ms.Sys)/(1<<20))
 	for _, p := range []string{"heap", "goroutine"} {
 		if f, err := os.Create(filepath.Join(out, p+"-queued.pprof")); err == nil {
 			pprof.Lookup(p).WriteTo(f, 0)
@@ -398,30 +403,4 @@ func TestProfileDrain(t *testing.T) {
 	unix.Getrusage(unix.RUSAGE_SELF, &ru)
 	t.Logf("drain of %d waiters: %.2f s after the release (first grant after %.3f s), %v errors; max RSS of the test process %.0f MiB",
 		n, (done.Last_ns-float64(ts.Nano()))/1e9, (done.First_ns-float64(ts.Nano()))/1e9, done.Errors, float64(ru.Maxrss)/1024)
-}
-
-// readRaw reads a file on the in-process mount with plain system calls:
-// os.ReadFile would register the descriptor with the Go netpoller, whose
-// epoll calls make the kernel ask this very process's server, which can
-// deadlock the process that serves the mount.
-func readRaw(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	var out []byte
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := unix.Read(fd, buf)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return nil, err
-		case n == 0:
-			return out, nil
-		}
-		out = append(out, buf[:n]...)
-	}
 }

@@ -17,7 +17,6 @@ import (
 	"bazil.org/fuse"
 	fusefs "bazil.org/fuse/fs"
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
 
 	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/localbackend"
@@ -206,39 +205,11 @@ func (m *ctlMount) path(rel string) string { return filepath.Join(m.dir, rel) }
 // status reads a control file as root.
 func (m *ctlMount) status(rel string) string {
 	m.t.Helper()
-	b, err := readNoPoll(m.path(rel))
+	b, err := testutil.ReadNoPoll(m.path(rel))
 	if err != nil {
 		m.t.Fatalf("read %s: %v", rel, err)
 	}
 	return string(b)
-}
-
-// readNoPoll reads a file with plain system calls. This process serves the
-// mount, so it must not open files there with os.Open: that registers the
-// descriptor with the Go netpoller, whose epoll_ctl and epoll_wait make the
-// kernel ask this very server to poll the file, from threads that hold the
-// runtime's Ps; with every P so held, the server cannot answer and the
-// process deadlocks (seen here in one run out of a few).
-func readNoPoll(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	var out []byte
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := unix.Read(fd, buf)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return nil, err
-		case n == 0:
-			return out, nil
-		}
-		out = append(out, buf[:n]...)
-	}
 }
 
 // runExit runs a command to completion (killing it after timeout) and

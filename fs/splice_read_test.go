@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // TestNoPTReadsGoBySplice: without passthrough, a file's reads reach the
@@ -25,7 +27,7 @@ func TestNoPTReadsGoBySplice(t *testing.T) {
 			t.Fatal(err)
 		}
 		for round := 0; round < 2; round++ {
-			got, err := readNoPoll(m.m("f"))
+			got, err := testutil.ReadNoPoll(m.m("f"))
 			if err != nil {
 				t.Fatalf("read: %v", err)
 			}
