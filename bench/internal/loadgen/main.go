@@ -318,11 +318,7 @@ func runHold(args []string) error {
 	name := fl.String("name", ".lock", "control file name")
 	workers := fl.Int("workers", 8, "parallel openers")
 	fl.Parse(args)
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
-	}
+	raiseNofileSoft()
 	fds := make([]int, *n)
 	var (
 		next  atomic.Int64
@@ -525,11 +521,7 @@ func runWaiters(args []string) error {
 	file := fl.String("file", "", "file to lock")
 	n := fl.Int("n", 1000, "waiters")
 	fl.Parse(args)
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
-	}
+	raiseNofileSoft()
 	// Each waiter blocks a thread in flock(2).
 	debug.SetMaxThreads(*n + 1000)
 	fds := make([]int, *n)
@@ -568,4 +560,14 @@ func runWaiters(args []string) error {
 	}
 	wg.Wait()
 	return emit(map[string]float64{"first_ns": float64(first.Load()), "last_ns": float64(last.Load()), "errors": float64(errs.Load())})
+}
+
+// raiseNofileSoft raises the soft RLIMIT_NOFILE to the hard limit, for
+// the modes that keep many descriptors open.
+func raiseNofileSoft() {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+	}
 }
