@@ -186,6 +186,7 @@ type countingObserver struct {
 	mu       sync.Mutex
 	outcomes map[Outcome]int
 	lost     int
+	yields   int
 }
 
 func (o *countingObserver) Requested(req Request, g Grant, outcome Outcome, took time.Duration) {
@@ -198,6 +199,12 @@ func (o *countingObserver) Lost(id LockID, broken bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.lost++
+}
+
+func (o *countingObserver) Yielded(id LockID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.yields++
 }
 
 // TestObserver: every request is reported with its outcome.

@@ -45,10 +45,10 @@ func (o Outcome) String() string {
 	return "unknown"
 }
 
-// Observer is told about every request and every lost hold, for metrics.
-// Its methods must be fast and must not call back into the engine:
-// Requested is called with Engine.mu released, but Lost is called while the
-// engine marks the holds lost, with Engine.mu held.
+// Observer is told about every request, every lost hold and every lease
+// given up for a waiter outside, for metrics. Its methods must be fast and
+// must not call back into the engine: Requested is called with Engine.mu
+// released, but Lost and Yielded are called with Engine.mu held.
 type Observer interface {
 	// Requested reports a finished Acquire: the request, its grant (zero
 	// unless granted), its outcome, and how long it took (the wait, for
@@ -56,6 +56,13 @@ type Observer interface {
 	Requested(req Request, g Grant, outcome Outcome, took time.Duration)
 	// Lost reports a hold marked lost; broken says an operator broke it.
 	Lost(id LockID, broken bool)
+	// Yielded reports that the engine learned that someone outside it
+	// (another host, another daemon over the same SOURCE, a program
+	// locking SOURCE directly) waits for a lock it holds under continuous
+	// local demand: the lease is handed to no new local request and goes
+	// when the holds running end (yield.go; status says "yielding"). Once
+	// per lease.
+	Yielded(id LockID)
 }
 
 // outcomeOf classifies an Acquire error.

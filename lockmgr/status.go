@@ -94,7 +94,7 @@ func (e *Engine) holderLocked(ls *lockState, h *hold) Holder {
 // statusLocked renders ls, except its lease: describing a lease is a call
 // into the backend, made without mu (describeLease).
 func (e *Engine) statusLocked(ls *lockState) (LockStatus, Lease) {
-	st := LockStatus{Lock: ls.id, Mode: ls.heldModeLocked(), Yielding: ls.lease != nil && ls.yieldingLocked()}
+	st := LockStatus{Lock: ls.id, Mode: ls.heldModeLocked(), Yielding: ls.lease != nil && e.yieldingLocked(ls)}
 	for _, h := range ls.holds {
 		st.Holders = append(st.Holders, e.holderLocked(ls, h))
 		st.Implicit += h.implicit

@@ -60,12 +60,15 @@ func (e *Engine) watchContendedLocked(ls *lockState) {
 }
 
 // yieldingLocked reports whether ls's lease is known to be wanted outside
-// this engine.
-func (ls *lockState) yieldingLocked() bool {
+// this engine. The first time it is, the Observer hears of the give-up.
+func (e *Engine) yieldingLocked(ls *lockState) bool {
 	if !ls.yielding && ls.contended != nil {
 		select {
 		case <-ls.contended:
 			ls.yielding = true
+			if e.obs != nil {
+				e.obs.Yielded(ls.id)
+			}
 		default:
 		}
 	}
@@ -76,7 +79,7 @@ func (ls *lockState) yieldingLocked() bool {
 // to be given back: the lease is yielding, s needs it, and rc is no
 // privileged request (its owner or lineage holds no live hold of ls).
 func (e *Engine) yieldBlocksLocked(ls *lockState, s step, rc *reqCtx) bool {
-	return ls.lease != nil && e.needsLease(s) && ls.yieldingLocked() && !e.privilegedLocked(ls, rc)
+	return ls.lease != nil && e.needsLease(s) && e.yieldingLocked(ls) && !e.privilegedLocked(ls, rc)
 }
 
 // handOnYieldsLocked is settleLocked's question before it hands ls's lease,
@@ -84,5 +87,5 @@ func (e *Engine) yieldBlocksLocked(ls *lockState, s step, rc *reqCtx) bool {
 // the lease wanted outside? Then it is given back instead.
 func (e *Engine) handOnYieldsLocked(ls *lockState) bool {
 	e.watchContendedLocked(ls)
-	return ls.yieldingLocked()
+	return e.yieldingLocked(ls)
 }

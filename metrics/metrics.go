@@ -1,6 +1,7 @@
 // Package metrics exposes lockfs's Prometheus metrics: lock waits, grants,
 // conflicts, interrupted waits, deadlocks and permission refusals, locks
-// held, lease losses and breaks, the build, and, through collector
+// held, lease losses and breaks, locks given up for a waiter outside, the
+// build, and, through collector
 // functions that other packages register, backend request counts and FUSE
 // operation latency.
 //
@@ -29,6 +30,7 @@ type Metrics struct {
 	wait     *prometheus.HistogramVec
 	requests *prometheus.CounterVec
 	lost     *prometheus.CounterVec
+	yields   *prometheus.CounterVec
 	fuseOps  *prometheus.HistogramVec
 }
 
@@ -53,12 +55,18 @@ func New(held func() []lockmgr.LockStatus) *Metrics {
 		Name: "lockfs_holds_lost_total",
 		Help: "Holds marked lost, by kind and cause (lease = the backend lost the lease, break = an operator broke the lock).",
 	}, []string{"kind", "cause"})
+	m.yields = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockfs_lock_yields_total",
+		Help: "Locks this daemon gave up, by kind, because someone outside it (another host, another daemon over " +
+			"the same SOURCE, a program locking SOURCE directly) waited while local requests kept coming: " +
+			"status said \"yielding\", the holds running finished and the lease went.",
+	}, []string{"kind"})
 	m.fuseOps = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "lockfs_fuse_op_seconds",
 		Help:    "Time to answer a FUSE request, by operation.",
 		Buckets: []float64{.00001, .00005, .0001, .0005, .001, .005, .01, .05, .1, .5, 1},
 	}, []string{"op"})
-	m.reg.MustRegister(m.wait, m.requests, m.lost, m.fuseOps,
+	m.reg.MustRegister(m.wait, m.requests, m.lost, m.yields, m.fuseOps,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, k := range kinds {
 		for _, md := range modes {
@@ -70,6 +78,7 @@ func New(held func() []lockmgr.LockStatus) *Metrics {
 		for _, cause := range []string{causeLease, causeBreak} {
 			m.lost.WithLabelValues(k.String(), cause)
 		}
+		m.yields.WithLabelValues(k.String())
 	}
 	if held != nil {
 		m.reg.MustRegister(&heldCollector{snapshot: held, desc: prometheus.NewDesc("lockfs_locks_held",
@@ -135,6 +144,11 @@ func (m *Metrics) Lost(id lockmgr.LockID, broken bool) {
 		cause = causeBreak
 	}
 	m.lost.WithLabelValues(id.Kind.String(), cause).Inc()
+}
+
+// Yielded implements lockmgr.Observer.
+func (m *Metrics) Yielded(id lockmgr.LockID) {
+	m.yields.WithLabelValues(id.Kind.String()).Inc()
 }
 
 // FUSEOp records how long one FUSE operation took.

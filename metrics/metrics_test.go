@@ -23,6 +23,7 @@ func TestExposition(t *testing.T) {
 	m.Requested(lockmgr.Request{Lock: id, Mode: lockmgr.Shared}, lockmgr.Grant{}, lockmgr.Conflict, time.Microsecond)
 	m.Requested(lockmgr.Request{Lock: id, Mode: lockmgr.Shared}, lockmgr.Grant{}, lockmgr.Deadlock, time.Microsecond)
 	m.Lost(id, true)
+	m.Yielded(id)
 	m.FUSEOp("lookup", 50*time.Microsecond)
 
 	srv := httptest.NewServer(m.Handler())
@@ -40,6 +41,7 @@ func TestExposition(t *testing.T) {
 		`lockfs_lock_requests_total{kind="dir",mode="shared",outcome="deadlock"} 1`,
 		`lockfs_lock_wait_seconds_count{kind="dir",mode="exclusive",outcome="granted"} 1`,
 		`lockfs_holds_lost_total{cause="break",kind="dir"} 1`,
+		`lockfs_lock_yields_total{kind="dir"} 1`,
 		`lockfs_locks_held{kind="dir",mode="exclusive"} 1`,
 		`lockfs_locks_held{kind="dir",mode="shared"} 0`,
 		`lockfs_lock_waiters{kind="dir"} 1`,
@@ -83,6 +85,7 @@ func TestCountersStartAtZero(t *testing.T) {
 	for _, want := range []string{
 		`lockfs_holds_lost_total{cause="lease",kind="dir"} 0`,
 		`lockfs_holds_lost_total{cause="break",kind="usage"} 0`,
+		`lockfs_lock_yields_total{kind="newdir"} 0`,
 		`lockfs_lock_requests_total{kind="dir",mode="exclusive",outcome="deadlock"} 0`,
 		`lockfs_lock_requests_total{kind="newdir",mode="shared",outcome="denied"} 0`,
 		`lockfs_lock_requests_total{kind="usage",mode="shared",outcome="failed"} 0`,

@@ -39,6 +39,8 @@ func (s *slowWaits) Requested(req lockmgr.Request, g lockmgr.Grant, outcome lock
 
 func (s *slowWaits) Lost(id lockmgr.LockID, broken bool) { s.next.Lost(id, broken) }
 
+func (s *slowWaits) Yielded(id lockmgr.LockID) { s.next.Yielded(id) }
+
 // waitRepeat is how often a wait that goes on is logged again.
 const waitRepeat = time.Minute
 
