@@ -77,10 +77,8 @@ func newClientHost(ctx context.Context, cfg gcsbackend.Config, lost *atomic.Int6
 	if err != nil {
 		return nil, err
 	}
-	e, err := lockmgr.New(lockmgr.Config{Backend: b, Processes: soloProcs{}, Host: cfg.HostID,
-		OnLoss: func(lockmgr.LostHold) { lost.Add(1) }})
+	e, err := engineOver(b, func(lockmgr.LostHold) { lost.Add(1) })
 	if err != nil {
-		b.Close()
 		return nil, err
 	}
 	return &gcsClientHost{b: b, e: e}, nil

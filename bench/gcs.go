@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/daemon"
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -137,6 +138,17 @@ type gcsHost struct {
 	e *lockmgr.Engine
 }
 
+// engineOver starts an in-process daemon without a mount over b (a gcs
+// backend whose requests the bench counts) and returns its engine, whose
+// Close stops it. The daemon owns b from here on, even on error.
+func engineOver(b lockmgr.Backend, onLoss func(lockmgr.LostHold)) (*lockmgr.Engine, error) {
+	d, err := daemon.Start(daemon.Config{Use: b, Processes: soloProcs{}, OnLoss: onLoss})
+	if err != nil {
+		return nil, err
+	}
+	return d.Engine(), nil
+}
+
 func (h *gcsHost) close() {
 	if err := h.e.Close(); err != nil {
 		_ = err // a release that failed at close expires after its TTL
@@ -187,9 +199,8 @@ func (g *gcsRun) newHostTTL(ctx context.Context, prefix string, ttl time.Duratio
 	if ttl == g.ttl {
 		g.refreshInterval = b.Config().RefreshInterval
 	}
-	e, err := lockmgr.New(lockmgr.Config{Backend: b, Processes: soloProcs{}, Host: b.HostID(), OnLoss: onLoss})
+	e, err := engineOver(b, onLoss)
 	if err != nil {
-		b.Close()
 		return nil, "", err
 	}
 	return &gcsHost{b: b, e: e}, prefix, nil
@@ -709,7 +720,7 @@ func gcsHolder() error {
 	if err != nil {
 		return err
 	}
-	e, err := lockmgr.New(lockmgr.Config{Backend: b, Processes: soloProcs{}, Host: f[3]})
+	e, err := engineOver(b, nil)
 	if err != nil {
 		return err
 	}

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"bazil.org/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/daemon"
 	lockfs "github.com/lockfs/lockfs/fs"
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
@@ -125,38 +125,11 @@ func TestProfileDaemon(t *testing.T) {
 // when t ends.
 func profileMount(t *testing.T, src, mnt string, backend lockmgr.Backend) {
 	t.Helper()
-	procs, err := lockmgr.NewProcTree(lockmgr.ProcTreeConfig{})
+	d, err := daemon.Start(daemon.Config{Use: backend, Host: "profile", Mountpoint: mnt, FS: lockfs.Config{Source: src}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := lockmgr.New(lockmgr.Config{Backend: backend, Processes: procs, Host: "profile"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := lockfs.New(lockfs.Config{Source: src, Engine: engine, Host: "profile"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := fuse.Mount(mnt, lockfs.MountOptions(src, false)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- lockfs.Serve(conn, f) }()
-	t.Cleanup(func() {
-		if err := fuse.Unmount(mnt); err != nil {
-			exec.Command("fusermount3", "-uz", mnt).Run()
-		}
-		select {
-		case <-served:
-		case <-time.After(10 * time.Second):
-			t.Error("Serve did not return after the unmount")
-		}
-		conn.Close()
-		f.Close()
-		engine.Close()
-	})
-
+	t.Cleanup(func() { d.Close() })
 }
 
 // profileHeld has a loadgen holder take held locks under root (made by

@@ -1,20 +1,17 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lockfs/lockfs/daemon"
 	"github.com/lockfs/lockfs/gcsbackend"
-	"github.com/lockfs/lockfs/localbackend"
-	"github.com/lockfs/lockfs/lockmgr"
-	"github.com/lockfs/lockfs/metrics"
 )
 
 // backends are the values --backend accepts.
-var backends = []string{"local", "gcs", "etcd"}
+var backends = daemon.Backends
 
 // gcsFlags are the flags of the gcs backend.
 type gcsFlags struct {
@@ -105,73 +102,6 @@ func (g gcsFlags) validate(backend string) error {
 func (g gcsFlags) config(log logrus.FieldLogger) gcsbackend.Config {
 	return gcsbackend.Config{Bucket: g.bucket, Prefix: g.prefix, Endpoint: g.endpoint, TTL: g.ttl, HostID: g.hostID,
 		LockDelay: g.lockDelay.config(), Logger: log}
-}
-
-// newBackend builds the backend the flags choose. For gcs it checks the
-// bucket first (gcsbackend.Backend.Check) and also returns a function that
-// reads the request counters, for metrics.
-func newBackend(mf mountFlags, source string, log logrus.FieldLogger) (lockmgr.Backend, string, func() []metrics.Count, error) {
-	switch mf.backend {
-	case "etcd":
-		return newEtcdBackend(mf, log)
-	case "gcs":
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		b, err := gcsbackend.New(ctx, mf.gcs.config(log))
-		if err != nil {
-			return nil, "", nil, err
-		}
-		// Refuse to mount on a bucket that cannot hold locks, rather than
-		// fail the first lock.
-		if err := b.Check(ctx); err != nil {
-			b.Close()
-			return nil, "", nil, err
-		}
-		return b, b.HostID(), func() []metrics.Count { return gcsCounts(b.Stats()) }, nil
-	default:
-		keep := mf.keepShared
-		switch {
-		case keep < 0:
-			return nil, "", nil, fmt.Errorf("--keep-shared-locks %v: must not be negative (0 turns the keep off)", keep)
-		case keep == 0:
-			keep = -1 // off
-		}
-		b, err := localbackend.New(localbackend.Config{Source: source, Logger: log, AllowNetworkFS: mf.allowRemote, KeepShared: keep})
-		if err != nil {
-			return nil, "", nil, err
-		}
-		return b, "", nil, nil
-	}
-}
-
-// gcsCounts turns the gcs backend's counters into metric samples.
-func gcsCounts(s gcsbackend.Stats) []metrics.Count {
-	return []metrics.Count{
-		{Op: "read", Outcome: "ok", N: s.Reads - s.ReadsNotFound},
-		{Op: "read", Outcome: "not_found", N: s.ReadsNotFound},
-		{Op: "write", Outcome: "ok", N: s.WritesOK},
-		{Op: "write", Outcome: "precondition_failed", N: s.PreconditionFailed},
-		{Op: "any", Outcome: "rate_limited", N: s.RateLimited},
-		{Op: "any", Outcome: "server_error", N: s.ServerErrors},
-		{Op: "any", Outcome: "network_error", N: s.NetworkErrors},
-		{Op: "any", Outcome: "other_error", N: s.OtherErrors},
-		{Op: "write", Outcome: "ambiguous", N: s.Ambiguous},
-		{Op: "list", Outcome: "any", N: s.Lists},
-		{Op: "delete", Outcome: "any", N: s.Deletes},
-		{Op: "lease", Outcome: "claim", N: s.Claims - s.WarmClaims},
-		{Op: "lease", Outcome: "warm_claim", N: s.WarmClaims},
-		{Op: "lease", Outcome: "session", N: s.Sessions},
-		{Op: "lease", Outcome: "withdrawal", N: s.Withdrawals},
-		{Op: "lease", Outcome: "want_sent", N: s.WantsSent},
-		{Op: "lease", Outcome: "want_served", N: s.WantsServed},
-		{Op: "lease", Outcome: "refresh", N: s.Refreshes},
-		{Op: "lease", Outcome: "release", N: s.Releases},
-		{Op: "lease", Outcome: "lost", N: s.Losses},
-		{Op: "lease", Outcome: "takeover", N: s.Takeovers},
-		{Op: "lease", Outcome: "lock_delay", N: s.LockDelays},
-		{Op: "lease", Outcome: "contended", N: s.Contended},
-		{Op: "lease", Outcome: "ring", N: s.Rings},
-	}
 }
 
 // describeBackend is the backend as the startup log line names it.

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/lockfs/lockfs/internal/fusermount"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
@@ -32,7 +33,7 @@ const fuseConf = "/etc/fuse.conf"
 func checkFusermount() error {
 	path, err := exec.LookPath("fusermount3")
 	if err != nil {
-		return fmt.Errorf("fusermount3 not found in $PATH: %s", installFUSE)
+		return fmt.Errorf("fusermount3 not found in $PATH: %s", fusermount.InstallHint)
 	}
 	if os.Geteuid() == 0 {
 		return nil

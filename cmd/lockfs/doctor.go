@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
+	"github.com/lockfs/lockfs/daemon"
 	"github.com/lockfs/lockfs/gcsbackend"
 )
 
@@ -182,13 +183,11 @@ func doctorGCS(mf mountFlags) error {
 // doctorEtcd proves the etcd cluster usable, as lockfs mount does before
 // mounting.
 func doctorEtcd(mf mountFlags) error {
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	b, _, _, err := newEtcdBackend(mf, log)
+	cfg, err := daemonConfig(mf, "", nil)
 	if err != nil {
 		return err
 	}
-	return b.Close()
+	return daemon.CheckBackend(cfg)
 }
 
 // printDoctor writes the results as aligned columns.

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -11,8 +8,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/lockfs/lockfs/etcdbackend"
-	"github.com/lockfs/lockfs/lockmgr"
-	"github.com/lockfs/lockfs/metrics"
 )
 
 // etcdFlags are the flags of the etcd backend, named after etcdctl's
@@ -86,55 +81,6 @@ func (e etcdFlags) config(g gcsFlags, log logrus.FieldLogger) etcdbackend.Config
 	user, pw, _ := strings.Cut(e.user, ":")
 	return etcdbackend.Config{Endpoints: eps, Prefix: e.prefix, CACert: e.cacert, Cert: e.cert, Key: e.key,
 		Username: user, Password: pw, TTL: g.ttl, HostID: g.hostID, LockDelay: g.lockDelay.config(), Logger: log}
-}
-
-// newEtcdBackend builds the etcd backend and checks the cluster
-// (etcdbackend.Backend.Check), logging endpoints that do not answer while
-// others do.
-func newEtcdBackend(mf mountFlags, log logrus.FieldLogger) (lockmgr.Backend, string, func() []metrics.Count, error) {
-	cfg := mf.etcd.config(mf.gcs, log)
-	if mf.etcd.passwordFile != "" {
-		b, err := os.ReadFile(mf.etcd.passwordFile)
-		if err != nil {
-			return nil, "", nil, fmt.Errorf("--etcd-password-file: %w", err)
-		}
-		cfg.Password, _, _ = strings.Cut(strings.TrimRight(string(b), "\r\n"), "\n")
-	}
-	b, err := etcdbackend.New(cfg)
-	if err != nil {
-		return nil, "", nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	warnings, err := b.Check(ctx)
-	if err != nil {
-		b.Close()
-		return nil, "", nil, err
-	}
-	for _, w := range warnings {
-		log.WithField("endpoint", w).Warn("etcd endpoint does not answer; using the others")
-	}
-	return b, b.HostID(), func() []metrics.Count { return etcdCounts(b.Stats()) }, nil
-}
-
-// etcdCounts turns the etcd backend's counters into metric samples.
-func etcdCounts(s etcdbackend.Stats) []metrics.Count {
-	return []metrics.Count{
-		{Op: "any", Outcome: "ok", N: s.Requests - s.Failures},
-		{Op: "any", Outcome: "failed", N: s.Failures},
-		{Op: "txn", Outcome: "claim", N: s.Txns},
-		{Op: "txn", Outcome: "read", N: s.Reads},
-		{Op: "watch", Outcome: "wait", N: s.Watches},
-		{Op: "lease", Outcome: "claim", N: s.Claims},
-		{Op: "lease", Outcome: "warm_claim", N: s.WarmClaims},
-		{Op: "lease", Outcome: "session", N: s.Sessions},
-		{Op: "lease", Outcome: "session_lost", N: s.SessionsLost},
-		{Op: "lease", Outcome: "want_sent", N: s.WantsSent},
-		{Op: "lease", Outcome: "drop", N: s.Drops},
-		{Op: "lease", Outcome: "refresh", N: s.KeepAlives},
-		{Op: "lease", Outcome: "release", N: s.Releases},
-		{Op: "lease", Outcome: "lost", N: s.Losses},
-	}
 }
 
 // describe is the etcd backend as the startup log line names it.

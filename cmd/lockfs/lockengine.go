@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/daemon"
 	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/localbackend"
 	"github.com/lockfs/lockfs/lockmgr"
@@ -23,6 +24,7 @@ import (
 // the lock is one of the same namespace. This process is the only one the
 // engine serves.
 type engineLocker struct {
+	daemon *daemon.Daemon // without a mount
 	engine *lockmgr.Engine
 	id     lockmgr.LockID
 	source string // local: SOURCE; "" for gcs
@@ -71,32 +73,16 @@ func newEngineLocker(mf mountFlags, source, dir string, kind lockmgr.Kind) (*eng
 	log := logrus.New()
 	log.SetOutput(os.Stderr)
 	log.SetLevel(logrus.ErrorLevel)
-	backend, hostID, _, err := newBackend(mf, source, log)
+	cfg, err := daemonConfig(mf, source, log)
 	if err != nil {
 		return nil, err
 	}
-	host, _ := os.Hostname()
-	if hostID != "" {
-		host = hostID
-	}
-	procs, err := lockmgr.NewProcTree(lockmgr.ProcTreeConfig{})
-	if err != nil {
-		backend.Close()
+	cfg.OnLoss = func(l lockmgr.LostHold) { e.lost.lose(l.Err) }
+	cfg.KeepContended = keepContended(log)
+	if e.daemon, err = daemon.Start(cfg); err != nil {
 		return nil, err
 	}
-	e.engine, err = lockmgr.New(lockmgr.Config{
-		Backend:   backend,
-		Processes: procs,
-		Logger:    log,
-		Host:      host,
-		OnLoss:    func(l lockmgr.LostHold) { e.lost.lose(l.Err) },
-
-		KeepContended: keepContended(log),
-	})
-	if err != nil {
-		backend.Close()
-		return nil, err
-	}
+	e.engine = e.daemon.Engine()
 	return e, nil
 }
 
@@ -139,7 +125,7 @@ func (e *engineLocker) holders() string {
 	return strings.Join(out, "; ")
 }
 
-func (e *engineLocker) close() error { return e.engine.Close() }
+func (e *engineLocker) close() error { return e.daemon.Close() }
 
 // engineHold is a lock held by an engineLocker's engine.
 type engineHold struct {

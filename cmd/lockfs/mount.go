@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
@@ -13,17 +11,16 @@ import (
 	"syscall"
 	"time"
 
-	"bazil.org/fuse"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/lockfs/lockfs/admin"
+	"github.com/lockfs/lockfs/daemon"
 	"github.com/lockfs/lockfs/fs"
 	"github.com/lockfs/lockfs/gcsbackend"
+	"github.com/lockfs/lockfs/internal/fusermount"
 	"github.com/lockfs/lockfs/localbackend"
-	"github.com/lockfs/lockfs/lockmgr"
-	"github.com/lockfs/lockfs/metrics"
 )
 
 const mountLong = `Present the directory tree SOURCE at MOUNTPOINT, in the foreground, until
@@ -50,17 +47,6 @@ const mountExample = `  lockfs mount /srv/projects /mnt/projects
   flock /mnt/projects/alpha/.lock -c 'make deploy'     # exclusive
   flock -s /mnt/projects/alpha/.lock -c 'make check'   # shared
   cat /mnt/projects/alpha/.lock                        # who holds it`
-
-// Shutdown timings.
-const (
-	// lazyGrace is how long to wait, after a lazy unmount, for the last
-	// files open on the mount to be closed before exiting anyway. Exiting
-	// closes /dev/fuse, and the kernel then fails what is left with
-	// ENOTCONN; every lock has been released by then.
-	lazyGrace = 5 * time.Second
-	// closeTimeout bounds releasing the locks and closing the backend.
-	closeTimeout = 30 * time.Second
-)
 
 // keepCacheEnv, set to 1 in a daemon's environment, makes it keep the
 // kernel's cache of files regardless of SOURCE (fs.Config.KeepCacheUnsafe):
@@ -218,283 +204,70 @@ func runMount(mf mountFlags, source, mountpoint string, stderr io.Writer) error 
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	d, err := start(paths, mf, lossSig, log)
+	d, maxOpen, err := startDaemon(paths, mf, lossSig, log)
 	if err != nil {
 		return err
 	}
-	log.WithFields(logrus.Fields{"version": Version(), "on_lease_loss": signalName(lossSig), "admin_socket": d.adminPath}).
-		Infof("mounted %s at %s (backend %s)", paths.source, paths.mountpoint, describeBackend(mf, d.hostID))
-	log.WithFields(d.settings).Info("settings in effect")
+	tuneReadahead(paths.mountpoint, mf.readaheadKB, log)
+	log.WithFields(logrus.Fields{"version": Version(), "on_lease_loss": signalName(lossSig), "admin_socket": d.AdminPath()}).
+		Infof("mounted %s at %s (backend %s)", paths.source, paths.mountpoint, describeBackend(mf, d.Host()))
+	log.WithFields(settingsInEffect(mf, d.Backend(), maxOpen)).Info("settings in effect")
 	// The mount answers from here on: units ordered after a Type=notify
 	// lockfs@.service start now, not before the mountpoint exists.
-	d.notify("READY=1\nSTATUS=serving " + paths.source + " at " + paths.mountpoint)
-	return d.run(sigs)
+	d.Notify("READY=1\nSTATUS=serving " + paths.source + " at " + paths.mountpoint)
+	return d.Run(sigs)
 }
 
-// daemon is a running mount.
-type daemon struct {
-	log        logrus.FieldLogger
-	mountpoint string
-	engine     *lockmgr.Engine
-	fs         *fs.FS
-	conn       *fuse.Conn
-	served     chan struct{} // closed when Serve returns
-	serveErr   error         // Serve's result; read after served is closed
-	admin      *admin.Server
-	waits      *waitWatch // logs long waits while they last
-	adminPath  string
-	metricsSrv *http.Server // nil without --metrics-addr
-	hostID     string
-	settings   logrus.Fields // the settings in effect, for the start-up log
-}
-
-// stopServices closes the admin socket and the metrics endpoint, and stops
-// watching long waits.
-func (d *daemon) stopServices() {
-	if d.waits != nil {
-		d.waits.close()
-	}
-	if d.admin != nil {
-		if err := d.admin.Close(); err != nil {
-			d.log.WithError(err).Warn("closing the admin socket")
-		}
-	}
-	if d.metricsSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := d.metricsSrv.Shutdown(ctx); err != nil {
-			d.log.WithError(err).Warn("stopping the metrics endpoint")
-		}
-	}
-}
-
-// start builds the backend, the engine and the filesystem, mounts it and
-// starts serving. On error, everything it made is undone.
-func start(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.Logger) (_ *daemon, err error) {
-	host, _ := os.Hostname()
-	var undo []func()
-	defer func() {
-		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
-		}
-	}()
-
-	backend, hostID, counts, err := newBackend(mf, paths.source, log)
+// startDaemon starts the daemon the flags describe (package daemon).
+// It returns the open-file cap in force, for the start-up log.
+func startDaemon(paths mountPaths, mf mountFlags, lossSig syscall.Signal, log *logrus.Logger) (*daemon.Daemon, int, error) {
+	cfg, err := daemonConfig(mf, paths.source, log)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if hostID != "" {
-		host = hostID
-	}
-	procs, err := lockmgr.NewProcTree(lockmgr.ProcTreeConfig{})
-	if err != nil {
-		backend.Close()
-		return nil, err
-	}
-	var m *metrics.Metrics
-	var engine *lockmgr.Engine
-	m = metrics.New(func() []lockmgr.LockStatus { return engine.Snapshot() })
-	if counts != nil {
-		m.RegisterBackendRequests(counts)
-	}
-	engine, err = lockmgr.New(lockmgr.Config{
-		Backend:   backend,
-		Processes: procs,
-		Logger:    log,
-		Host:      host,
-		OnLoss:    lossHandler(lossSig, controlPath(paths.mountpoint), log),
-		Observer:  &slowWaits{next: m, threshold: mf.slowWait, log: log, host: host},
-
-		KeepContended: keepContended(log),
-	})
-	if err != nil {
-		backend.Close()
-		return nil, err
-	}
-	undo = append(undo, func() { engine.Close() })
-	m.RegisterBuildInfo(Version(), mf.backend)
+	cfg.Mountpoint = paths.mountpoint
+	cfg.KeepContended = keepContended(log)
+	cfg.Notify = sdNotify
+	cfg.OnLoss = lossHandler(lossSig, controlPath(paths.mountpoint), log)
+	cfg.SlowWait = mf.slowWait
+	cfg.AdminDir = mf.adminDir
+	cfg.MetricsAddr = mf.metricsAddr
+	cfg.Version = Version()
+	cfg.AllowOther = mf.allowOther
 	keepCache := os.Getenv(keepCacheEnv) == "1"
 	if keepCache {
 		log.Warnf("%s=1: the kernel's cache is kept whatever changes in SOURCE; data written there or through another mount can be read stale and lost (for tests only)", keepCacheEnv)
 	}
-	maxOpen := maxOpenPerUID(mf.maxOpen, raiseNofile(log), mf.allowOther)
-	f, err := fs.New(fs.Config{Source: paths.source, Engine: engine, Logger: log, Host: host, ObserveOp: m.FUSEOp,
-		ListControlFiles: mf.listCtl, MaxOpenPerUID: maxOpen, Observer: m, KeepCacheUnsafe: keepCache,
-		Passthrough: mf.passthrough == "auto", ReadDirPlus: mf.readdirplus == "on", SpliceReads: mf.spliceReads == "on"})
-	if err != nil {
-		return nil, err
+	cfg.FS = fs.Config{Source: paths.source, ListControlFiles: mf.listCtl, KeepCacheUnsafe: keepCache,
+		MaxOpenPerUID: maxOpenPerUID(mf.maxOpen, raiseNofile(log), mf.allowOther),
+		Passthrough:   mf.passthrough == "auto", ReadDirPlus: mf.readdirplus == "on", SpliceReads: mf.spliceReads == "on"}
+	d, err := daemon.Start(cfg)
+	var me *daemon.MountError
+	if errors.As(err, &me) {
+		return nil, 0, fmt.Errorf("%w%s", err, mountHint(me.Err))
 	}
-	undo = append(undo, func() { f.Close() })
-	mopts := fs.MountOptions(fsName(paths.source), mf.allowOther)
-	if mf.passthrough == "auto" {
-		mopts = append(mopts, fs.PassthroughOption(paths.source))
-	}
-	if mf.readdirplus == "on" {
-		mopts = append(mopts, fs.ReadDirPlusOption())
-	}
-	if mf.spliceReads == "on" {
-		mopts = append(mopts, fs.SpliceReadsOption())
-	}
-	m.RegisterPassthrough(func() bool { on, _ := f.PassthroughState(); return on })
-	conn, err := fuse.Mount(paths.mountpoint, mopts...)
-	if err != nil {
-		return nil, fmt.Errorf("mount %s: %w%s", paths.mountpoint, err, mountHint(err))
-	}
-	tuneReadahead(paths.mountpoint, mf.readaheadKB, log)
-	d := &daemon{
-		log:        log.WithField("mountpoint", paths.mountpoint),
-		mountpoint: paths.mountpoint,
-		engine:     engine,
-		fs:         f,
-		conn:       conn,
-		served:     make(chan struct{}),
-		hostID:     host,
-		settings:   settingsInEffect(mf, backend, maxOpen),
-	}
-	undo = append(undo, func() { fuse.Unmount(paths.mountpoint) })
-	if err := d.startServices(mf, m, f); err != nil {
-		d.stopServices()
-		return nil, err
-	}
-	go func() {
-		defer close(d.served)
-		d.serveErr = fs.Serve(conn, f)
-	}()
-	return d, nil
+	return d, cfg.FS.MaxOpenPerUID, err
 }
 
-// run serves until a signal or an external unmount, then shuts down: it
-// refuses new locks, unmounts (lazily if busy, again on every further
-// signal), waits for Serve to return, and releases every lock.
-func (d *daemon) run(sigs <-chan os.Signal) error {
-	select {
-	case <-d.served:
-		// Someone else unmounted (lockfs unmount, fusermount3 -u).
-		d.log.Info("unmounted from outside: releasing every lock and stopping")
-		d.notify("STOPPING=1\nSTATUS=unmounted from outside: releasing every lock")
-		d.stopServices()
-		return d.finish(d.serveErr)
-	case s := <-sigs:
-		d.log.WithField("signal", s.String()).Info("stopping: refusing new locks, releasing every lock, unmounting")
-		d.notify("STOPPING=1\nSTATUS=stopping on " + s.String() + ": releasing every lock, unmounting")
+// daemonConfig is the daemon's backend and engine as the flags choose
+// them; the engine's hooks and the mount's fields are left to the caller.
+// log is the daemon's, nil to discard.
+func daemonConfig(mf mountFlags, source string, log logrus.FieldLogger) (daemon.Config, error) {
+	keep := mf.keepShared
+	switch {
+	case keep < 0:
+		return daemon.Config{}, fmt.Errorf("--keep-shared-locks %v: must not be negative (0 turns the keep off)", keep)
+	case keep == 0:
+		keep = -1 // off
 	}
-
-	d.stopServices()
-	// Refuse new locks and wake every waiter (with ENOLCK), so that waiters
-	// let go of their files and the unmount is less likely to be busy.
-	engineClosed := make(chan error, 1)
-	go func() { engineClosed <- d.engine.Close() }()
-
-	lazy := d.unmount()
-	var grace <-chan time.Time
-	if lazy {
-		grace = time.After(lazyGrace)
-	}
-	for waiting := true; waiting; {
-		select {
-		case <-d.served:
-			waiting = false
-		case s := <-sigs:
-			if lazy {
-				d.log.WithField("signal", s.String()).Warn("signal while files are still open on the detached mount: exiting now")
-				waiting = false
-				break
-			}
-			d.log.WithField("signal", s.String()).Info("retrying the unmount")
-			if lazy = d.unmount(); lazy {
-				grace = time.After(lazyGrace)
-			}
-		case <-grace:
-			d.log.Warnf("files are still open on the detached mount after %v: exiting; they get ENOTCONN from now on", lazyGrace)
-			waiting = false
-		}
-	}
-
-	var serveErr error
-	select {
-	case <-d.served:
-		serveErr = d.serveErr
-		if err := d.fs.Close(); err != nil {
-			d.log.WithError(err).Error("closing the filesystem")
-		}
-	default:
-		// Serve still runs for the files open on the detached mount: the
-		// filesystem stays open (closing its descriptors under running
-		// handlers could let a reused descriptor number point them outside
-		// SOURCE) and goes with the process. The engine is closed below.
-	}
-	select {
-	case err := <-engineClosed:
-		if err != nil {
-			d.log.WithError(err).Error("releasing locks")
-		}
-	case <-time.After(closeTimeout):
-		d.log.Errorf("releasing locks took longer than %v: exiting anyway (the kernel releases flocks of an exiting process)", closeTimeout)
-	}
-	if serveErr != nil {
-		d.log.WithError(serveErr).Error("serving the mount failed")
-	}
-	d.log.Info("stopped")
-	return nil
-}
-
-// notify tells the service manager about the daemon's state (sd_notify);
-// a failure is logged, never fatal: the mount works without systemd.
-func (d *daemon) notify(state string) {
-	if err := sdNotify(state); err != nil {
-		d.log.WithError(err).Warn("telling systemd the daemon's state")
-	}
-}
-
-// finish closes everything after the mount went away without a signal.
-func (d *daemon) finish(serveErr error) error {
-	if err := d.fs.Close(); err != nil {
-		d.log.WithError(err).Error("closing the filesystem")
-	}
-	if err := d.engine.Close(); err != nil {
-		d.log.WithError(err).Error("releasing locks")
-	}
-	if serveErr != nil {
-		return fmt.Errorf("serving %s: %w", d.mountpoint, serveErr)
-	}
-	d.log.Info("stopped")
-	return nil
-}
-
-// unmount unmounts the mountpoint, lazily if it is busy, and reports whether
-// it had to be lazy. A failure is logged; the next signal retries.
-func (d *daemon) unmount() (lazy bool) {
-	err := fuse.Unmount(d.mountpoint)
-	if err == nil {
-		d.log.Info("unmounted")
-		return false
-	}
-	if !strings.Contains(err.Error(), "busy") {
-		select {
-		case <-d.served:
-			return false // it was unmounted meanwhile
-		default:
-		}
-		d.log.WithError(err).Error("unmount failed; send another signal to retry, or run `lockfs unmount`")
-		return false
-	}
-	if err := fusermount(d.mountpoint, true); err != nil && !errors.Is(err, errNotMounted) {
-		d.log.WithError(err).Error("lazy unmount failed; send another signal to retry")
-		return false
-	}
-	d.log.Info("mount busy (files or locks open there): detached lazily; waiting for the last files to close")
-	return true
-}
-
-// fsName is the device name the mount table shows: SOURCE, unless it holds
-// characters that the mount option string cannot carry.
-func fsName(source string) string {
-	if strings.ContainsAny(source, ", \t\n\\") {
-		return "lockfs"
-	}
-	return source
+	return daemon.Config{
+		Logger:           log,
+		Backend:          mf.backend,
+		Local:            localbackend.Config{Source: source, AllowNetworkFS: mf.allowRemote, KeepShared: keep},
+		GCS:              mf.gcs.config(nil),
+		Etcd:             mf.etcd.config(mf.gcs, nil),
+		EtcdPasswordFile: mf.etcd.passwordFile,
+	}, nil
 }
 
 // mountHint adds advice to a mount error whose cause is a common setup issue.
@@ -502,7 +275,7 @@ func mountHint(err error) string {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "executable file not found"), strings.Contains(msg, "fusermount3: not found"):
-		return ": " + installFUSE
+		return ": " + fusermount.InstallHint
 	case strings.Contains(msg, "allow_other") || strings.Contains(msg, "user_allow_other"):
 		return ": --allow-other needs `user_allow_other` in /etc/fuse.conf when not mounting as root"
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/fusermount"
 	"github.com/lockfs/lockfs/localbackend"
 )
 
@@ -171,7 +172,7 @@ func cleanStaleMount(mountpoint string, log logrus.FieldLogger) error {
 	}
 	log.WithField("mountpoint", abs).
 		Warn("MOUNTPOINT has a stale mount (transport endpoint is not connected): cleaning it up with fusermount3 -uz")
-	if err := fusermount(abs, true); err != nil && !errors.Is(err, errNotMounted) {
+	if err := fusermount.Unmount(abs, true); err != nil && !errors.Is(err, fusermount.ErrNotMounted) {
 		return fmt.Errorf("cleaning up the stale mount at %s: %w", abs, err)
 	}
 	var st unix.Stat_t

@@ -6,6 +6,7 @@ import (
 	"io"
 	"path/filepath"
 
+	"github.com/lockfs/lockfs/internal/fusermount"
 	"github.com/spf13/cobra"
 )
 
@@ -50,9 +51,9 @@ func runUnmount(mountpoint string, stdout io.Writer) error {
 	if top := ms[len(ms)-1]; !top.isFUSE() {
 		return fmt.Errorf("%s is a %s mount, not a FUSE mount: refusing to unmount it", mnt, top.Type)
 	}
-	lazy, err := unmountBusyLazy(mnt)
+	lazy, err := fusermount.BusyLazy(mnt)
 	switch {
-	case errors.Is(err, errNotMounted):
+	case errors.Is(err, fusermount.ErrNotMounted):
 		return fmt.Errorf("%s is not mounted", mnt)
 	case err != nil:
 		return err
