@@ -11,23 +11,30 @@ import (
 
 // stat returns the backing inode's attributes: from an open handle's
 // descriptor if there is one (exact even for an unlinked file), else from
-// the inode found by name (statTop, or the check openByName makes).
+// the inode found by name (statTop, or the check openByName makes), else,
+// for a file with detached handles and no name left, by file handle
+// (detach.go): a name is one statx where a file handle is an open.
 func (n *node) stat() (inodeStat, error) {
 	var st inodeStat
-	if of := n.borrowOpen(false); of != nil {
+	if of := n.borrowHeld(false); of != nil {
 		err := fstat(of.fd, &st)
 		n.returnOpen(of)
 		return st, err
 	}
-	if ok, err := n.statTop(&st); ok {
-		return st, err
+	ok, err := n.statTop(&st)
+	if !ok {
+		var fd int
+		if fd, err = n.openByName(unix.O_PATH, &st); err == nil {
+			closeFd(fd)
+		}
 	}
-	fd, err := n.openByName(unix.O_PATH, &st)
 	if err != nil {
-		return st, err
+		if of := n.openDetached(false); of != nil {
+			err = fstat(of.fd, &st)
+			n.returnOpen(of)
+		}
 	}
-	closeFd(fd)
-	return st, nil
+	return st, err
 }
 
 // statTop is openByName and a statx in one system call, for the root and

@@ -233,7 +233,7 @@ func (h *fileHandle) lockCache(unlock bool) {
 		return // writes went through already
 	}
 	var st inodeStat
-	if err := fstat(h.of.fd, &st); err != nil {
+	if err := h.useFd(true, func(fd int) error { return fstat(fd, &st) }); err != nil {
 		n.fs.invalidateData(n)
 		return
 	}

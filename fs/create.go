@@ -272,6 +272,7 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 	if grown {
 		h.openGrown(&st)
 	}
+	h.detach()
 	setEntryAttr(ctx, f, &st)
 	resp.EntryValid = entryValid
 	return f, h, nil

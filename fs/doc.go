@@ -29,7 +29,10 @@
 // description, so reads and writes go straight to SOURCE (there is no
 // writeback cache) and a file unlinked while open keeps working through its
 // handles; metadata operations on a node with open handles use their
-// descriptor, which is exact.
+// descriptor, which is exact. A handle of a regular file opened for FUSE
+// passthrough gives its descriptor up once the open is answered (the
+// kernel keeps the backing file) and finds the inode again by file handle
+// when a request needs it (detach.go).
 //
 // The daemon checks no permission itself: the mount uses
 // default_permissions, so the kernel checks every request against the

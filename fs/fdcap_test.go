@@ -90,7 +90,9 @@ func otherUser(t *testing.T, m *ptMount, uid uint32) (goRun func() (int, string)
 // fdcapScenario mounts a fresh SOURCE with the per-uid cap max (0: none),
 // lowers the daemon's descriptor limit to 256, lets uid 65534 open files
 // until an error (the hog), and then has uid 65533 use the mount. It
-// returns what the hog got and how the other user fared.
+// returns what the hog got and how the other user fared. The mount has no
+// passthrough, so that every open holds a descriptor of the daemon (with
+// passthrough they hold none: detach_test.go).
 func fdcapScenario(t *testing.T, max int) (hogGot string, code int, out string) {
 	t.Helper()
 	testutil.RequireRoot(t, "to run processes as two other users")
@@ -101,7 +103,7 @@ func fdcapScenario(t *testing.T, max int) (hogGot string, code int, out string) 
 			t.Fatal(err)
 		}
 	}
-	m := newPTMountAt(t, src, mnt, func(c *Config) { c.MaxOpenPerUID = max })
+	m := newPTMountAt(t, src, mnt, withPassthrough(false), func(c *Config) { c.MaxOpenPerUID = max })
 	for _, f := range []string{"f", "g"} {
 		if err := os.WriteFile(m.s(f), []byte("data\n"), 0o644); err != nil {
 			t.Fatal(err)
@@ -149,9 +151,10 @@ func TestOpenCapPerUserControl(t *testing.T) {
 // byte-range locks on a file counts towards its user's cap as a handle
 // does; at the cap a new carrier is refused with ENOLCK and released
 // carriers give their place back. Control: the same opens without the lock
-// stay within the cap.
+// stay within the cap. Without passthrough, where each open holds a
+// descriptor (detach_test.go has the same with passthrough).
 func TestOpenCapCountsLockCarriers(t *testing.T) {
-	m := newPTMountAt(t, t.TempDir(), t.TempDir(), func(c *Config) { c.MaxOpenPerUID = 2 })
+	m := newPTMountAt(t, t.TempDir(), t.TempDir(), withPassthrough(false), func(c *Config) { c.MaxOpenPerUID = 2 })
 	for _, f := range []string{"f", "g"} {
 		if err := os.WriteFile(m.s(f), nil, 0o644); err != nil {
 			t.Fatal(err)

@@ -112,6 +112,7 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 	if grown {
 		h.openGrown(&st)
 	}
+	h.detach()
 	return h, nil
 }
 
@@ -133,7 +134,7 @@ func (n *File) replaced() bool {
 // inode's attributes, taken from fd.
 func (n *File) newHandle(fd, flags int, st *inodeStat, uid uint32) *fileHandle {
 	of := &openFile{fd: fd, write: flags&unix.O_ACCMODE != unix.O_RDONLY, uid: uid}
-	h := &fileHandle{n: n, key: keyOf(st), of: of, shared: n.isSharedMemory()}
+	h := &fileHandle{n: n, key: keyOf(st), of: of, flags: flags, shared: n.isSharedMemory()}
 	n.addOpen(h.of)
 	return h
 }
@@ -197,7 +198,13 @@ type fileHandle struct {
 	n *File
 
 	// Constant data
+
+	// of is the handle's backing descriptor; its fd is -1 once the
+	// handle is detached (detach.go: set before the handle is answered).
 	of *openFile
+	// flags are the backing open flags (backingOpenFlags), for the
+	// descriptors a detached handle opens.
+	flags int
 	// key is the backing inode behind of (n's). Locks go by it.
 	key inodeKey
 	// shared is set if the file is a shared-memory file (cache.go), by
@@ -208,6 +215,13 @@ type fileHandle struct {
 	io ioMode
 
 	// Mutable state
+
+	// flockMu guards flockOf and is held across flock(2) on it.
+	flockMu sync.Mutex
+	// flockOf carries a detached handle's flock(2) lock (detach.go).
+	// GUARDED_BY(flockMu)
+	flockOf *openFile
+
 	mu sync.Mutex
 	// owners are the byte-range lock owners that locked through this
 	// handle (filelock.go). GUARDED_BY(mu)
@@ -237,11 +251,21 @@ func (h *fileHandle) Read(ctx context.Context, req *fuse.ReadRequest, resp *fuse
 		t := h.n.twinOf()
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		if err := h.read(req, resp); err != nil {
+		if err := h.read(h.of.fd, req, resp); err != nil {
 			return err
 		}
 		t.recordLocked(req.Offset, resp.Data, len(resp.Data) < req.Size)
 		return nil
+	}
+	if h.of.fd < 0 {
+		// A detached handle (detach.go), whose reads the kernel
+		// normally makes itself.
+		fd, err := h.openOwn(false)
+		if err != nil {
+			return h.n.fs.fail("read", h.n.path(), err)
+		}
+		defer closeFd(fd)
+		return h.read(fd, req, resp)
 	}
 	if req.Size >= spliceReadMin && h.n.fs.cfg.SpliceReads {
 		// The fork moves the data from SOURCE's page cache into the
@@ -253,15 +277,15 @@ func (h *fileHandle) Read(ctx context.Context, req *fuse.ReadRequest, resp *fuse
 		}}
 		return nil
 	}
-	return h.read(req, resp)
+	return h.read(h.of.fd, req, resp)
 }
 
-// read reads into resp.Data.
-func (h *fileHandle) read(req *fuse.ReadRequest, resp *fuse.ReadResponse) error {
+// read reads from fd into resp.Data.
+func (h *fileHandle) read(fd int, req *fuse.ReadRequest, resp *fuse.ReadResponse) error {
 	buf := resp.Data[:req.Size]
 	done := 0
 	for done < len(buf) {
-		got, err := unix.Pread(h.of.fd, buf[done:], req.Offset+int64(done))
+		got, err := unix.Pread(fd, buf[done:], req.Offset+int64(done))
 		if err == unix.EINTR {
 			continue
 		}
@@ -281,18 +305,33 @@ func (h *fileHandle) read(req *fuse.ReadRequest, resp *fuse.ReadResponse) error 
 // the backing descriptor carries O_APPEND, so writes land at SOURCE's end
 // of file even when another program appended meanwhile).
 func (h *fileHandle) Write(ctx context.Context, req *fuse.WriteRequest, resp *fuse.WriteResponse) error {
+	if h.of.fd < 0 {
+		// A detached handle (detach.go), whose writes the kernel
+		// normally makes itself.
+		fd, err := h.openOwn(false)
+		if err != nil {
+			return h.n.fs.fail("write", h.n.path(), err)
+		}
+		defer closeFd(fd)
+		return h.write(fd, req, resp)
+	}
+	return h.write(h.of.fd, req, resp)
+}
+
+// write is Write with fd, h's descriptor.
+func (h *fileHandle) write(fd int, req *fuse.WriteRequest, resp *fuse.WriteResponse) error {
 	var pre, post inodeStat
-	track := fstat(h.of.fd, &pre) == nil
+	track := fstat(fd, &pre) == nil
 	defer func() {
-		if track && fstat(h.of.fd, &post) == nil {
+		if track && fstat(fd, &post) == nil {
 			h.n.noteChange(&pre, &post)
 		} else {
 			h.n.forgetCache()
 		}
 	}()
 	if req.Flags&fuse.WriteKillSUIDGID != 0 {
-		if err := h.killSetID("write"); err != nil {
-			return err
+		if err := h.killSetIDFd(fd); err != nil {
+			return h.n.fs.fail("write", h.n.path(), err)
 		}
 	}
 	data := req.Data
@@ -310,7 +349,7 @@ func (h *fileHandle) Write(ctx context.Context, req *fuse.WriteRequest, resp *fu
 	if h.shared {
 		done, err = h.writeShared(req, data)
 	} else {
-		done, err = pwriteAll(h.of.fd, data, req.Offset)
+		done, err = pwriteAll(fd, data, req.Offset)
 	}
 	if err != nil {
 		return h.n.fs.fail("write", h.n.path(), err)
@@ -380,7 +419,10 @@ func (h *fileHandle) FAllocate(ctx context.Context, req *fuse.FAllocateRequest) 
 			return err
 		}
 	}
-	if err := unix.Fallocate(h.of.fd, uint32(req.Mode), int64(req.Offset), int64(req.Length)); err != nil {
+	err := h.useFd(false, func(fd int) error {
+		return unix.Fallocate(fd, uint32(req.Mode), int64(req.Offset), int64(req.Length))
+	})
+	if err != nil {
 		return h.n.fs.fail("fallocate", h.n.path(), err)
 	}
 	return nil
@@ -389,21 +431,31 @@ func (h *fileHandle) FAllocate(ctx context.Context, req *fuse.FAllocateRequest) 
 // killSetID clears h's file's set-id bits before a change by a caller
 // without CAP_FSETID (setid.go), and drops the mode the kernel keeps.
 func (h *fileHandle) killSetID(op string) error {
-	changed, err := killSetID(h.of.fd)
-	if err != nil {
+	if err := h.useFd(true, h.killSetIDFd); err != nil {
 		return h.n.fs.fail(op, h.n.path(), err)
 	}
-	if changed {
+	return nil
+}
+
+// killSetIDFd is killSetID with fd, a descriptor of h's file; its error
+// is not logged yet.
+func (h *fileHandle) killSetIDFd(fd int) error {
+	changed, err := killSetID(fd)
+	if changed && err == nil {
 		h.n.fs.invalidateAttr(h.n)
 	}
-	return nil
+	return err
 }
 
 // Lseek answers SEEK_DATA and SEEK_HOLE from the backing file, so that
 // sparse files show their holes as on SOURCE. The handle's descriptor is
 // only ever used at explicit offsets, so moving its offset is harmless.
 func (h *fileHandle) Lseek(ctx context.Context, req *fuse.LseekRequest, resp *fuse.LseekResponse) error {
-	off, err := unix.Seek(h.of.fd, req.Offset, req.Whence)
+	var off int64
+	err := h.useFd(false, func(fd int) (err error) {
+		off, err = unix.Seek(fd, req.Offset, req.Whence)
+		return err
+	})
 	if err != nil {
 		if err == unix.ENXIO {
 			return err // past the last data or hole: not a failure
@@ -428,7 +480,9 @@ func (h *fileHandle) Flush(ctx context.Context, req *fuse.FlushRequest) error {
 // end with it.
 func (h *fileHandle) Release(ctx context.Context, req *fuse.ReleaseRequest) error {
 	h.releaseOwners(req.LockOwner)
+	h.closeFlockFd()
 	h.n.fs.releasePassthrough(h)
+	h.releaseDetached()
 	h.n.releaseOpen(h.of)
 	return nil
 }

@@ -117,7 +117,11 @@ func (h *fileHandle) ownerFor(owner fuse.LockOwner) (*fileLockOwner, error) {
 		if err := f.takeHandle("lock", h.n.path, h.of.uid); err != nil {
 			return nil, syscall.ENOLCK
 		}
-		fd, err := openLockFd(h.of.fd)
+		var fd int
+		err := h.useFd(true, func(pfd int) (err error) {
+			fd, err = openLockFd(pfd)
+			return err
+		})
 		if err != nil {
 			f.handles.give(h.of.uid)
 			return nil, err
@@ -218,11 +222,12 @@ func (h *fileHandle) try(req *fuse.LockRequest, waiting bool) error {
 		default:
 			return syscall.EINVAL
 		}
+		flock := func(fd int) error { return unix.Flock(fd, how) }
 		if how == unix.LOCK_UN {
 			h.lockCache(true)
-			return unix.Flock(h.of.fd, how)
+			return h.flockFd(true, flock)
 		}
-		err := unix.Flock(h.of.fd, how)
+		err := h.flockFd(false, flock)
 		if err == nil {
 			h.lockCache(false)
 		}
@@ -352,11 +357,14 @@ func (h *fileHandle) QueryLock(ctx context.Context, req *fuse.QueryLockRequest, 
 	}
 	if !ok {
 		// The owner holds nothing: any new description sees every lock.
-		var fd int
-		if fd, err = reopen(h.of.fd, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY); err == nil {
-			err = query(fd)
-			closeFd(fd)
-		}
+		err = h.useFd(true, func(pfd int) error {
+			fd, err := reopen(pfd, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+			if err == nil {
+				err = query(fd)
+				closeFd(fd)
+			}
+			return err
+		})
 	}
 	if err != nil {
 		return f.fail("getlk", h.n.path(), err)

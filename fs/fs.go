@@ -139,6 +139,11 @@ type FS struct {
 	rootFd int
 	// root is the mount's root directory node.
 	root *Dir
+	// byHandle opens inodes by file handle, so that passthrough handles
+	// need keep no descriptor (detach.go); nil if they must, and
+	// noHandles then says why.
+	byHandle  *byHandle
+	noHandles string
 	// asRoot is true when the daemon runs as root: it then gives new files
 	// to the uid and gid of the process that created them.
 	asRoot bool
@@ -247,6 +252,9 @@ func New(cfg Config) (*FS, error) {
 		owners: make(map[ownerKey]*fileLockOwner),
 		stale:  make(map[string]time.Time),
 	}
+	if cfg.Passthrough {
+		f.byHandle, f.noHandles = newByHandle(cfg.Source, rootFd)
+	}
 	f.backing = make(map[string]bool)
 	if cfg.Engine != nil {
 		for _, name := range cfg.Engine.SourceNames() {
@@ -283,6 +291,7 @@ func (f *FS) Close() error {
 	}
 	f.closeOpenHandles()
 	f.closePins()
+	f.byHandle.close()
 	if err := unix.Close(f.rootFd); err != nil {
 		return fmt.Errorf("lockfs: close source: %w", err)
 	}

@@ -89,6 +89,12 @@ type node struct {
 	// once the kernel forgot the node. GUARDED_BY(mu)
 	pin        *openFile
 	unpinnable bool
+	// detached counts the open handles that keep no descriptor, and fh,
+	// valid if fhOK, is the inode's file handle they are found by
+	// (detach.go). GUARDED_BY(mu)
+	detached int
+	fh       unix.FileHandle
+	fhOK     bool
 }
 
 // openFile is the backing descriptor of one open handle, or a directory's
@@ -330,8 +336,12 @@ func (n *node) addOpen(of *openFile) {
 }
 
 // releaseOpen unregisters a released handle's descriptor and closes it, or
-// leaves that to its last borrower.
+// leaves that to its last borrower. A detached handle's (fd -1) was never
+// registered.
 func (n *node) releaseOpen(of *openFile) {
+	if of.fd < 0 {
+		return
+	}
 	n.fs.handles.give(of.uid)
 	n.mu.Lock()
 	delete(n.open, of)
@@ -348,7 +358,17 @@ func (n *node) releaseOpen(of *openFile) {
 // open, even if its handle is released meanwhile, until returnOpen: as a
 // duplicate would, without the dup(2) and close(2). Borrowers must not
 // change the descriptor's state (offset, flags), which its handle owns.
+// If n's open handles are all detached (detach.go), the descriptor is one
+// opened by file handle for the borrower, which returnOpen closes.
 func (n *node) borrowOpen(write bool) *openFile {
+	if of := n.borrowHeld(write); of != nil {
+		return of
+	}
+	return n.openDetached(write)
+}
+
+// borrowHeld is borrowOpen among the descriptors n's handles hold.
+func (n *node) borrowHeld(write bool) *openFile {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var pick *openFile

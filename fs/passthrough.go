@@ -34,9 +34,12 @@ import (
 //     its reference. It is never a handle's descriptor, whose flock(2)
 //     lock must end when the handle is released.
 //
-// Each handle keeps its own backing descriptor as without passthrough:
-// flock(2) and OFD locks live on it (filelock.go), and fsync, fallocate
-// and setattr use it. The daemon holds no descriptor for the registration.
+// A passthrough handle closes its own backing descriptor once the open is
+// answered, where the inode can be found again by file handle (detach.go),
+// and opens one for a flock(2) lock or a request that needs it; else it
+// keeps it as without passthrough. The daemon holds no descriptor for the
+// registration (on this kernel, 6.18: later kernels install one in the
+// daemon's table per backing id, to show it to lsof).
 
 // passthroughOKFlags are the open reply flags the kernel accepts with
 // FOPEN_PASSTHROUGH: FOPEN_DIRECT_IO, FOPEN_PARALLEL_DIRECT_WRITES (1<<6)
@@ -123,6 +126,11 @@ func (f *FS) attachConn(conn *fuse.Conn) {
 	}
 	e := f.log.WithField("protocol", conn.Protocol().String())
 	if p.on {
+		if f.byHandle != nil {
+			e = e.WithField("open_files", "cost the daemon no descriptor")
+		} else {
+			e = e.WithField("open_files", "cost the daemon a descriptor each: "+f.noHandles)
+		}
 		e.Info("FUSE passthrough on: regular files are read, written and mapped by the kernel directly")
 	} else {
 		e.WithField("why", p.why).Info("FUSE passthrough off: reads and writes go through the daemon")

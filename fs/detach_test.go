@@ -1,0 +1,279 @@
+package fs
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/testutil"
+)
+
+// openToTheLimit raises its soft descriptor limit to its hard one (at most
+// 30,000), opens the files named in its arguments in turn, read-only,
+// until an error, and prints how many it got, the errno ("none" if it
+// stopped at the limit without one), how many descriptors it held before
+// (its own) and the limit; it keeps them open until its stdin closes.
+const openToTheLimit = `
+import os, sys, resource, errno
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+limit = min(hard, 30000)
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+own = len(os.listdir('/proc/self/fd')) - 1
+paths = sys.argv[1:]
+fds, err = [], 'none'
+while len(fds) < limit:
+    try:
+        fds.append(os.open(paths[len(fds) % len(paths)], os.O_RDONLY))
+    except OSError as e:
+        err = errno.errorcode[e.errno]
+        break
+print(len(fds), err, own, limit, flush=True)
+sys.stdin.read()
+`
+
+// requireDetaching calls Missing unless m's opens use passthrough and
+// can be detached (detach.go).
+func requireDetaching(t *testing.T, m *ptMount) {
+	t.Helper()
+	if on, why := m.fs.PassthroughState(); !on {
+		testutil.Missing(t, "FUSE passthrough is off: %s", why)
+	}
+	if m.fs.byHandle == nil {
+		testutil.Missing(t, "inodes of SOURCE cannot be opened by file handle: %s", m.fs.noHandles)
+	}
+}
+
+// openLimitScenario mounts a fresh SOURCE of 100 files with a per-uid cap
+// of 50, with or without passthrough, and has a process open them in turn
+// until an error (openToTheLimit). It returns what the process printed,
+// and how many more descriptors the daemon (this process) held while the
+// process held its own than before it started.
+func openLimitScenario(t *testing.T, passthrough bool) (got string, own, limit, daemonMore int) {
+	t.Helper()
+	testutil.RequireRoot(t, "FUSE passthrough needs CAP_SYS_ADMIN")
+	m := newPTMountAt(t, t.TempDir(), t.TempDir(), withPassthrough(passthrough), func(c *Config) { c.MaxOpenPerUID = 50 })
+	if passthrough {
+		requireDetaching(t, m)
+	}
+	args := []string{"-c", openToTheLimit}
+	for i := range 100 {
+		name := fmt.Sprintf("f%d", i)
+		if err := os.WriteFile(m.s(name), []byte("data\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, m.m(name))
+	}
+	before := testutil.OpenFds(t)
+	cmd := exec.Command(python(t), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	c := testutil.StartChild(t, cmd)
+	line := strings.Fields(c.Line(5 * time.Minute))
+	if len(line) != 4 {
+		t.Fatalf("the opener printed %q", line)
+	}
+	daemonMore = testutil.OpenFds(t) - before
+	own, _ = strconv.Atoi(line[2])
+	limit, _ = strconv.Atoi(line[3])
+	return line[0] + " " + line[1], own, limit, daemonMore
+}
+
+// TestPassthroughOpensCostNoDescriptor (issue 31 item 17): with
+// passthrough, a process opens files through the mount until its own
+// RLIMIT_NOFILE stops it, as on a local file system, past the per-uid cap
+// of 50, while the daemon holds no more descriptors than before. Control:
+// without passthrough every open holds a descriptor of the daemon, and the
+// cap stops the process at 50.
+func TestPassthroughOpensCostNoDescriptor(t *testing.T) {
+	testutil.RequireTools(t, "python3")
+	t.Run("passthrough", func(t *testing.T) {
+		got, own, limit, more := openLimitScenario(t, true)
+		want := fmt.Sprintf("%d EMFILE", limit-own)
+		if limit == 30000 {
+			want = "30000 none" // a hard limit above the script's bound
+		}
+		if got != want {
+			t.Errorf("a process allowed %d descriptors, %d of them its own, got %q from the mount, want %q", limit, own, got, want)
+		}
+		if more > 20 {
+			t.Errorf("the daemon held %d more descriptors while the process held its opens, want about none", more)
+		}
+		t.Logf("opened %s (limit %d, own %d); daemon descriptors %+d", got, limit, own, more)
+	})
+	t.Run("control without passthrough", func(t *testing.T) {
+		got, _, _, more := openLimitScenario(t, false)
+		if got != "50 EMFILE" {
+			t.Errorf("without passthrough: got %q, want 50 EMFILE (the cap: each open holds a descriptor)", got)
+		}
+		if more < 50 {
+			t.Errorf("without passthrough the daemon held %d more descriptors, want the 50 opens'", more)
+		}
+	})
+}
+
+// TestDetachedFlock: a detached handle's flock(2) lock is a lock on the
+// backing file (a flock on SOURCE directly fails while it is held), its
+// descriptor counts towards the per-uid cap while the lock is held (at the
+// cap a new lock gets ENOLCK; a lock refused keeps none) and goes at
+// LOCK_UN and at close.
+func TestDetachedFlock(t *testing.T) {
+	testutil.RequireRoot(t, "FUSE passthrough needs CAP_SYS_ADMIN")
+	testutil.RequireTools(t, "flock")
+	m := newPTMountAt(t, t.TempDir(), t.TempDir(), func(c *Config) { c.MaxOpenPerUID = 2 })
+	requireDetaching(t, m)
+	for _, f := range []string{"f", "g", "h"} {
+		if err := os.WriteFile(m.s(f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func(name string) bool {
+		err := exec.Command("flock", "-n", m.s(name), "true").Run()
+		if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 1 {
+			return true
+		}
+		if err != nil {
+			t.Fatalf("flock -n %s: %v", name, err)
+		}
+		return false
+	}
+	count := func(want int) {
+		t.Helper()
+		testutil.Eventually(t, fmt.Sprintf("%d descriptors counted for uid 0", want), func() bool { return m.fs.handles.count(0) == want })
+	}
+	p := startPy(t, 0, 0)
+	for _, f := range []string{"f", "g", "h"} {
+		p.must("ok", "open %s %s", f, m.m(f))
+	}
+	count(0) // three opens, no descriptor (the cap is 2)
+	p.must("ok", "flock f ex nb")
+	count(1)
+	if !held("f") {
+		t.Errorf("flock through the mount does not exclude a flock on SOURCE")
+	}
+	q := startPy(t, 0, 0) // a lock that fails keeps no descriptor
+	q.must("ok", "open f %s", m.m("f"))
+	q.must("err EAGAIN", "flock f ex nb")
+	count(1)
+	p.must("ok", "flock g ex nb")
+	p.must("err ENOLCK", "flock h ex nb")
+	p.must("ok", "flock f un")
+	count(1)
+	if held("f") {
+		t.Errorf("f still locked on SOURCE after LOCK_UN")
+	}
+	p.must("ok", "flock h ex nb") // f's place
+	p.must("ok", "close g")
+	count(1)
+	testutil.Eventually(t, "g's lock to end at close", func() bool { return !held("g") })
+	if !held("h") {
+		t.Errorf("h's lock ended with g's")
+	}
+}
+
+// nodeOf returns the node of the file at path in SOURCE (by its whole
+// key: an inode number freed by an earlier file may be reused).
+func nodeOf(t *testing.T, m *ptMount, path string) *node {
+	t.Helper()
+	var st inodeStat
+	if err := lstatAt(unix.AT_FDCWD, path, &st); err != nil {
+		t.Fatal(err)
+	}
+	pn := m.fs.lookupNode(keyOf(&st))
+	if pn == nil {
+		t.Fatalf("no node for %s", path)
+	}
+	return pn.base()
+}
+
+// TestDetachedUnlinked: a file open through the mount with a detached
+// handle and then unlinked on SOURCE directly (behind the daemon's back:
+// no name of it is left to find it by) keeps working as on a local file
+// system: fstat, writes, ftruncate, fsync, flock, byte-range locks, and a
+// new open through /proc/self/fd. The control drops the node's file handle:
+// then a request that needs the inode fails, so the test does reach it
+// through the handle.
+func TestDetachedUnlinked(t *testing.T) {
+	testutil.RequireRoot(t, "FUSE passthrough needs CAP_SYS_ADMIN")
+	m := newPTMountAt(t, t.TempDir(), t.TempDir())
+	requireDetaching(t, m)
+	if err := os.WriteFile(m.s("u"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(m.m("u"), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	node := nodeOf(t, m, m.s("u"))
+	node.mu.Lock()
+	detached := node.detached
+	node.mu.Unlock()
+	if detached != 1 {
+		t.Fatalf("%d detached handles, want 1", detached)
+	}
+	if err := os.Remove(m.s("u")); err != nil {
+		t.Fatal(err)
+	}
+	size := func(want int64) {
+		t.Helper()
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Size != want {
+			t.Errorf("fstat: size %d, %v; want %d", st.Size, err, want)
+		}
+	}
+	if _, err := unix.Pwrite(fd, []byte(" world"), 5); err != nil {
+		t.Fatal(err)
+	}
+	size(11)
+	if err := unix.Ftruncate(fd, 3); err != nil {
+		t.Fatalf("ftruncate of the unlinked file: %v", err)
+	}
+	size(3)
+	if err := unix.Fsync(fd); err != nil {
+		t.Errorf("fsync: %v", err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Errorf("flock: %v", err)
+	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK}
+	if err := unix.FcntlFlock(uintptr(fd), unix.F_SETLK, &lk); err != nil {
+		t.Errorf("F_SETLK: %v", err)
+	}
+	lk.Type = unix.F_UNLCK
+	if err := unix.FcntlFlock(uintptr(fd), unix.F_SETLK, &lk); err != nil {
+		t.Errorf("F_SETLK unlock: %v", err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_UN); err != nil {
+		t.Errorf("LOCK_UN: %v", err)
+	}
+	again, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("open again through /proc/self/fd: %v", err)
+	}
+	buf := make([]byte, 16)
+	n, err := unix.Pread(again, buf, 0)
+	unix.Close(again)
+	if err != nil || string(buf[:n]) != "hel" {
+		t.Errorf("read of the new open: %q, %v", buf[:n], err)
+	}
+
+	// Control: without the file handle nothing finds the inode.
+	node.mu.Lock()
+	node.fhOK = false
+	node.mu.Unlock()
+	if err := unix.Ftruncate(fd, 1); err == nil {
+		t.Errorf("control: ftruncate succeeded without the file handle")
+	}
+	node.mu.Lock()
+	node.fhOK = true
+	node.mu.Unlock()
+	if err := unix.Ftruncate(fd, 2); err != nil {
+		t.Errorf("ftruncate with the file handle back: %v", err)
+	}
+}
