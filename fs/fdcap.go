@@ -10,15 +10,17 @@ import (
 
 // Open handles per user.
 //
-// Every open file or directory handle holds a backing descriptor in the
-// daemon, and the daemon's descriptor table is shared by every user of the
-// mount: one user opening files until EMFILE would leave no descriptor for
-// anybody else's lookup, stat or readlink (each needs one for a moment).
-// So the handles of each uid (the fsuid of the request that opened them)
+// Every open directory handle, and every open file handle that is not
+// detached (detach.go: a passthrough open holds none but while it is
+// flocked), holds a backing descriptor in the daemon, and the daemon's
+// descriptor table is shared by every user of the mount: one user opening
+// files until EMFILE would leave no descriptor for anybody else's lookup,
+// stat or readlink (each needs one for a moment). So the handles of each uid (the fsuid of the request that opened them)
 // are capped at Config.MaxOpenPerUID: the user who reaches it gets EMFILE,
 // as from their own descriptor table, and everyone else is served. The
 // descriptor that carries a process's byte-range locks on a file
-// (filelock.go) counts too; at the cap a new one is refused with ENOLCK.
+// (filelock.go) counts too, and so does a detached handle's flock
+// descriptor; at the cap a new one is refused with ENOLCK.
 // Control files hold no descriptor and are not counted.
 
 // handleCap counts open handles per uid.

@@ -108,7 +108,7 @@ func addMountFlags(fs *pflag.FlagSet, mf *mountFlags) {
 	fs.StringVar(&mf.readdirplus, "readdirplus", "on", "directory reads carry every entry's attributes (FUSE READDIRPLUS), so ls -l, du, tar and rsync need no lookup per name: on or off")
 	fs.BoolVar(&mf.listCtl, "list-control-files", false, "list .lock, .lock_newdir and .lock_usage in readdir (by default they are found by name only)")
 	durationVarP(fs, &mf.keepShared, "keep-shared-locks", "", localbackend.DefaultKeepShared, "local backend: keep a released shared flock (an ancestor's) this long, so the next lock needs no system call; programs locking SOURCE directly wait at most this long for it (0: off; at most 1m)")
-	fs.IntVar(&mf.maxOpen, "max-open-per-uid", -1, "files and directories one user may hold open through the mount (EMFILE beyond; -1: a quarter of the daemon's descriptor limit; 0: no cap)")
+	fs.IntVar(&mf.maxOpen, "max-open-per-uid", -1, "descriptors of the daemon one user may hold through the mount: open directories, open files without FUSE passthrough, locks of files (EMFILE beyond; -1: seven eighths of the daemon's descriptor limit, a quarter with --allow-other; 0: no cap)")
 	fs.StringVar(&mf.gcs.bucket, "gcs-bucket", "", "gcs backend: the bucket holding the lock leases")
 	fs.StringVar(&mf.gcs.prefix, "gcs-prefix", "", "gcs backend: object name prefix, so one bucket can hold several namespaces")
 	fs.StringVar(&mf.gcs.endpoint, "gcs-endpoint", "", "gcs backend: a GCS emulator's JSON API URL (turns authentication off); empty = real GCS with Application Default Credentials")
