@@ -169,6 +169,18 @@ func (h *fileHandle) useFd(path bool, fn func(fd int) error) error {
 	return fn(fd)
 }
 
+// detachedIO calls fn, a read or write that reached the daemon, with a
+// descriptor opened for it (useFd's), logging a failure to open as op's;
+// fn logs its own.
+func (h *fileHandle) detachedIO(op string, fn func(fd int) error) error {
+	fd, err := h.openOwn(false)
+	if err != nil {
+		return h.n.fs.fail(op, h.n.path(), err)
+	}
+	defer closeFd(fd)
+	return fn(fd)
+}
+
 // openOwn opens a new description of a detached handle's inode with the
 // handle's flags (O_PATH if path is set).
 func (h *fileHandle) openOwn(path bool) (int, error) {

@@ -258,14 +258,8 @@ func (h *fileHandle) Read(ctx context.Context, req *fuse.ReadRequest, resp *fuse
 		return nil
 	}
 	if h.of.fd < 0 {
-		// A detached handle (detach.go), whose reads the kernel
-		// normally makes itself.
-		fd, err := h.openOwn(false)
-		if err != nil {
-			return h.n.fs.fail("read", h.n.path(), err)
-		}
-		defer closeFd(fd)
-		return h.read(fd, req, resp)
+		// A detached handle, whose reads the kernel makes itself.
+		return h.detachedIO("read", func(fd int) error { return h.read(fd, req, resp) })
 	}
 	if req.Size >= spliceReadMin && h.n.fs.cfg.SpliceReads {
 		// The fork moves the data from SOURCE's page cache into the
@@ -306,14 +300,8 @@ func (h *fileHandle) read(fd int, req *fuse.ReadRequest, resp *fuse.ReadResponse
 // of file even when another program appended meanwhile).
 func (h *fileHandle) Write(ctx context.Context, req *fuse.WriteRequest, resp *fuse.WriteResponse) error {
 	if h.of.fd < 0 {
-		// A detached handle (detach.go), whose writes the kernel
-		// normally makes itself.
-		fd, err := h.openOwn(false)
-		if err != nil {
-			return h.n.fs.fail("write", h.n.path(), err)
-		}
-		defer closeFd(fd)
-		return h.write(fd, req, resp)
+		// A detached handle, whose writes the kernel makes itself.
+		return h.detachedIO("write", func(fd int) error { return h.write(fd, req, resp) })
 	}
 	return h.write(h.of.fd, req, resp)
 }
