@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"bazil.org/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/lockfs/lockfs/internal/testutil"
@@ -275,5 +277,114 @@ func TestDetachedUnlinked(t *testing.T) {
 	node.mu.Unlock()
 	if err := unix.Ftruncate(fd, 2); err != nil {
 		t.Errorf("ftruncate with the file handle back: %v", err)
+	}
+}
+
+// TestPTBackingFileOutlivesItsID: once the kernel has processed an open
+// reply naming a backing id, it holds the backing file for that open
+// itself (fs/fuse/passthrough.c fuse_passthrough_open takes a reference
+// and opens a backing file per open): with the id closed
+// (FUSE_DEV_IOC_BACKING_CLOSE) while the file is open, and the daemon
+// holding no descriptor of the file (the handle is detached), writes and
+// reads of that open still reach SOURCE. This is what lets the daemon keep
+// nothing per open. Control: a new open that names the closed id fails, so
+// the id really is gone.
+func TestPTBackingFileOutlivesItsID(t *testing.T) {
+	testutil.RequireRoot(t, "FUSE passthrough needs CAP_SYS_ADMIN")
+	m := newPTMountAt(t, t.TempDir(), t.TempDir())
+	requireDetaching(t, m)
+	if err := os.WriteFile(m.s("f"), []byte("before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(m.m("f"), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	n := nodeOf(t, m, m.s("f"))
+	p := &m.fs.pt
+	p.mu.Lock()
+	io := p.inodes[n.self.(*File)]
+	var id int32
+	if io != nil {
+		id = io.id
+	}
+	if id != 0 {
+		err = p.conn.BackingClose(id)
+	}
+	p.mu.Unlock()
+	if id == 0 || err != nil {
+		t.Fatalf("backing id %d of the open file, closed: %v", id, err)
+	}
+	if _, err := unix.Pwrite(fd, []byte("after!"), 0); err != nil {
+		t.Fatalf("write after the id was closed: %v", err)
+	}
+	if got, err := os.ReadFile(m.s("f")); err != nil || string(got) != "after!" {
+		t.Errorf("SOURCE after a write through the open: %q, %v", got, err)
+	}
+	if err := os.WriteFile(m.s("f"), []byte("SOURCE"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	if k, err := unix.Pread(fd, buf, 0); err != nil || string(buf[:k]) != "SOURCE" {
+		t.Errorf("read through the open after the id was closed: %q, %v (want SOURCE's bytes)", buf[:k], err)
+	}
+	if again, err := unix.Open(m.m("f"), unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+		unix.Close(again)
+		t.Errorf("control: an open naming the closed backing id %d succeeded", id)
+	}
+}
+
+// TestDetachedRequests: the requests a detached handle may still get (a
+// read or write the kernel did not pass through, fallocate, SEEK_DATA)
+// are served from a descriptor opened by file handle for the request,
+// with the handle's flags (O_APPEND kept), and leave no descriptor
+// behind. The handle is one made as detach makes it, for a file unlinked
+// from SOURCE. Control: without the node's file handle they fail.
+func TestDetachedRequests(t *testing.T) {
+	testutil.RequireRoot(t, "FUSE passthrough needs CAP_SYS_ADMIN")
+	m := newPTMountAt(t, t.TempDir(), t.TempDir())
+	requireDetaching(t, m)
+	if err := os.WriteFile(m.s("f"), []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(m.m("f"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	n := nodeOf(t, m, m.s("f"))
+	if err := os.Remove(m.s("f")); err != nil {
+		t.Fatal(err)
+	}
+	h := &fileHandle{n: n.self.(*File), key: n.key, of: &openFile{fd: -1, write: true}, flags: unix.O_WRONLY | unix.O_APPEND, io: ioPassthrough}
+	rh := &fileHandle{n: n.self.(*File), key: n.key, of: &openFile{fd: -1}, flags: unix.O_RDONLY, io: ioPassthrough}
+	ctx := context.Background()
+	before := testutil.OpenFds(t)
+	var wresp fuse.WriteResponse
+	if err := h.Write(ctx, &fuse.WriteRequest{Offset: 0, Data: []byte("ab")}, &wresp); err != nil || wresp.Size != 2 {
+		t.Fatalf("write: %d, %v", wresp.Size, err)
+	}
+	rresp := fuse.ReadResponse{Data: make([]byte, 0, 64)}
+	if err := rh.Read(ctx, &fuse.ReadRequest{Offset: 0, Size: 64}, &rresp); err != nil || string(rresp.Data) != "0123456789ab" {
+		t.Errorf("read: %q, %v; want the write appended (O_APPEND)", rresp.Data, err)
+	}
+	if err := h.FAllocate(ctx, &fuse.FAllocateRequest{Header: fuse.Header{Uid: 0}, Offset: 0, Length: 8192}); err != nil {
+		t.Errorf("fallocate: %v", err)
+	}
+	var lresp fuse.LseekResponse
+	if err := rh.Lseek(ctx, &fuse.LseekRequest{Offset: 0, Whence: unix.SEEK_DATA}, &lresp); err != nil || lresp.Offset != 0 {
+		t.Errorf("SEEK_DATA: %d, %v", lresp.Offset, err)
+	}
+	if after := testutil.OpenFds(t); after > before {
+		t.Errorf("%d descriptors after the requests, %d before", after, before)
+	}
+
+	// Control: without the file handle, nothing finds the unlinked file.
+	n.mu.Lock()
+	n.fh = unix.NewFileHandle(0, nil)
+	n.mu.Unlock()
+	if err := rh.Read(ctx, &fuse.ReadRequest{Offset: 0, Size: 64}, &fuse.ReadResponse{Data: make([]byte, 0, 64)}); err == nil {
+		t.Errorf("control: a read without the file handle succeeded")
 	}
 }
