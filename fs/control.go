@@ -98,12 +98,11 @@ func (c *controlState) node(d *Dir, kind lockmgr.Kind) *controlNode {
 		return n
 	}
 	n := &controlNode{
-		c:      c,
-		dir:    d,
-		kind:   kind,
-		key:    key,
-		inode:  controlInode(d.key, kind),
-		owners: make(map[lockmgr.Owner]ownerRecord),
+		c:     c,
+		dir:   d,
+		kind:  kind,
+		key:   key,
+		inode: controlInode(d.key, kind),
 	}
 	c.nodes[key] = n
 	return n
@@ -156,7 +155,7 @@ type controlNode struct {
 	// handle and the lock it asked for. It is a superset of the owners
 	// that hold the lock: a Flush, Unlock or Release looks here to know
 	// what to give back, and status looks here for notes. GUARDED_BY(mu)
-	owners map[lockmgr.Owner]ownerRecord
+	owners ownerRecords
 }
 
 // ownerRecord is where an owner's lock request came from.
@@ -243,7 +242,7 @@ func (n *controlNode) Forget() {
 	n.c.mu.Lock()
 	defer n.c.mu.Unlock()
 	n.mu.Lock()
-	busy := n.open > 0 || len(n.owners) > 0
+	busy := n.open > 0 || n.owners.len() > 0
 	n.mu.Unlock()
 	if !busy && n.c.nodes[n.key] == n {
 		delete(n.c.nodes, n.key)
@@ -367,7 +366,7 @@ func (f *FS) Note(id lockmgr.LockID, owner lockmgr.Owner) string {
 	c.mu.Unlock()
 	for _, n := range nodes {
 		n.mu.Lock()
-		rec, ok := n.owners[owner]
+		rec, ok := n.owners.get(owner)
 		n.mu.Unlock()
 		if ok && rec.id == id {
 			return strings.TrimSuffix(rec.h.noteText(), "\n")

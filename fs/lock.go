@@ -309,10 +309,10 @@ func (h *controlHandle) Release(ctx context.Context, req *fuse.ReleaseRequest) e
 	n.mu.Lock()
 	n.open--
 	for _, o := range h.owners {
-		if rec, ok := n.owners[o]; ok && rec.h == h {
+		if rec, ok := n.owners.get(o); ok && rec.h == h {
 			done = append(done, rec)
 			owners = append(owners, o)
-			delete(n.owners, o)
+			n.owners.remove(o)
 		}
 	}
 	h.owners = nil
@@ -343,13 +343,13 @@ func (c *controlState) release(ctx context.Context, id lockmgr.LockID, owner loc
 // remember records that owner asks for lock id through handle h.
 func (n *controlNode) remember(owner lockmgr.Owner, h *controlHandle, id lockmgr.LockID) {
 	n.mu.Lock()
-	if old, ok := n.owners[owner]; !ok || old.h != h {
+	if old, ok := n.owners.get(owner); !ok || old.h != h {
 		if ok {
 			old.h.dropOwnerLocked(owner)
 		}
 		h.owners = append(h.owners, owner)
 	}
-	n.owners[owner] = ownerRecord{h: h, id: id}
+	n.owners.set(owner, ownerRecord{h: h, id: id})
 	n.mu.Unlock()
 }
 
@@ -357,9 +357,9 @@ func (n *controlNode) remember(owner lockmgr.Owner, h *controlHandle, id lockmgr
 func (n *controlNode) forget(owner lockmgr.Owner) (lockmgr.LockID, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	rec, ok := n.owners[owner]
+	rec, ok := n.owners.get(owner)
 	if ok {
-		delete(n.owners, owner)
+		n.owners.remove(owner)
 		rec.h.dropOwnerLocked(owner)
 	}
 	return rec.id, ok

@@ -12,7 +12,7 @@ import (
 // owner that asks through another handle moves to it, one forgotten
 // leaves.
 func TestHandleOwnersFollowRecords(t *testing.T) {
-	n := &controlNode{owners: make(map[lockmgr.Owner]ownerRecord)}
+	n := &controlNode{}
 	h1, h2 := &controlHandle{n: n}, &controlHandle{n: n}
 	o1 := lockmgr.Owner{Class: lockmgr.OwnerPOSIX, ID: 1}
 	o2 := lockmgr.Owner{Class: lockmgr.OwnerPOSIX, ID: 2}
@@ -21,11 +21,11 @@ func TestHandleOwnersFollowRecords(t *testing.T) {
 		t.Helper()
 		for _, h := range []*controlHandle{h1, h2} {
 			var want []lockmgr.Owner
-			for o, rec := range n.owners {
+			n.owners.each(func(o lockmgr.Owner, rec ownerRecord) {
 				if rec.h == h {
 					want = append(want, o)
 				}
-			}
+			})
 			got := slices.Clone(h.owners)
 			slices.SortFunc(got, func(a, b lockmgr.Owner) int { return int(a.ID) - int(b.ID) })
 			slices.SortFunc(want, func(a, b lockmgr.Owner) int { return int(a.ID) - int(b.ID) })

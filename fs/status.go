@@ -78,12 +78,12 @@ func (n *controlNode) statusText(reader *controlHandle, uid uint32) []byte {
 	st := n.c.engine.StatusTokens(id)
 
 	n.mu.Lock()
-	records := make(map[lockmgr.Owner]*controlHandle, len(n.owners))
-	for o, rec := range n.owners {
+	records := make(map[lockmgr.Owner]*controlHandle, n.owners.len())
+	n.owners.each(func(o lockmgr.Owner, rec ownerRecord) {
 		if rec.id == id {
 			records[o] = rec.h
 		}
-	}
+	})
 	n.mu.Unlock()
 
 	var b bytes.Buffer
