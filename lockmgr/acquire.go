@@ -551,7 +551,7 @@ func (e *Engine) claimLocked(ctx context.Context, ls *lockState, need Mode, wait
 func (e *Engine) addHoldLocked(ls *lockState, s step, rc *reqCtx) {
 	h := ls.holds[rc.req.Owner]
 	if h == nil {
-		h = &hold{owner: rc.req.Owner, id: ls.id, tid: rc.req.TID, uid: rc.req.UID, since: e.now(), ino: rc.req.Ino}
+		h = &hold{owner: rc.req.Owner, id: ls.id, tid: int32(rc.req.TID), uid: rc.req.UID, since: e.now(), ino: rc.req.Ino}
 		e.setTakerLocked(h, rc.lineage)
 		ls.insert(h)
 	}
@@ -563,7 +563,7 @@ func (e *Engine) addHoldLocked(ls *lockState, s step, rc *reqCtx) {
 		if rc.lineage.Self() != h.lineage.Self() || len(h.heirs) > 0 || h.scanned {
 			e.setTakerLocked(h, rc.lineage)
 		}
-		h.lineage, h.tid, h.uid = rc.lineage, rc.req.TID, rc.req.UID
+		h.lineage, h.tid, h.uid = rc.lineage, int32(rc.req.TID), rc.req.UID
 		if rc.req.Ino != 0 {
 			h.ino = rc.req.Ino
 		}

@@ -82,7 +82,7 @@ func (e *Engine) blocksLocked(h *hold, n waitNode) bool {
 func (e *Engine) holdThreadsLocked(h *hold) []int {
 	procs, inherited := e.procsLocked(h)
 	if !inherited {
-		return []int{h.tid}
+		return []int{int(h.tid)}
 	}
 	out := make([]int, len(procs))
 	for i, p := range procs {

@@ -340,7 +340,7 @@ var heirRescans = []time.Duration{
 // heirRescans, if h is still held and nobody's by then; it wakes the
 // waiters of h's lock if the scan names heirs.
 func (e *Engine) rescanLaterLocked(h *hold) {
-	if h.rescans >= len(heirRescans) {
+	if int(h.rescans) >= len(heirRescans) {
 		return
 	}
 	timer := e.after(heirRescans[h.rescans])

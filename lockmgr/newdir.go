@@ -46,7 +46,7 @@ func (e *Engine) AdoptNewDir(ctx context.Context, parent, name string, tid int) 
 	req := Request{Lock: child, Mode: Exclusive, Owner: owner.owner, TID: tid, UID: owner.uid, Ino: owner.ino}
 	taker := 0
 	if len(owner.lineage) > 0 && !e.exitedLocked(owner.lineage[0]) {
-		taker = owner.tid
+		taker = int(owner.tid)
 	}
 	e.mu.Unlock()
 	if taker != 0 && taker != tid {

@@ -86,8 +86,8 @@ func (e *Engine) holderLocked(ls *lockState, h *hold) Holder {
 		p = procs[0]
 	}
 	return Holder{
-		Owner: h.owner, Mode: h.explicit, Explicit: h.explicit != 0, Implicit: h.implicit,
-		Process: p, TID: h.tid, UID: h.uid, Host: e.host, Since: h.since, Token: h.token, Lost: h.lost,
+		Owner: h.owner, Mode: h.explicit, Explicit: h.explicit != 0, Implicit: int(h.implicit),
+		Process: p, TID: int(h.tid), UID: h.uid, Host: e.host, Since: h.since, Token: h.token, Lost: h.lost,
 	}
 }
 
@@ -97,7 +97,7 @@ func (e *Engine) statusLocked(ls *lockState) (LockStatus, Lease) {
 	st := LockStatus{Lock: ls.id, Mode: ls.heldModeLocked(), Yielding: ls.lease != nil && e.yieldingLocked(ls)}
 	for _, h := range ls.holds {
 		st.Holders = append(st.Holders, e.holderLocked(ls, h))
-		st.Implicit += h.implicit
+		st.Implicit += int(h.implicit)
 	}
 	sort.Slice(st.Holders, func(i, j int) bool {
 		a, b := st.Holders[i], st.Holders[j]
