@@ -311,7 +311,7 @@ func (b *Backend) serveWants(s *session, bell int64) {
 			}
 		} else {
 			r.wanted = false
-			r.wantedBy = map[string]bool{}
+			r.wantedBy = nil
 		}
 	}
 	b.mu.Unlock()
