@@ -91,6 +91,13 @@ type Backend struct {
 	// recs are the records of this host in lock objects, held or warm, by
 	// object name. GUARDED_BY(mu)
 	recs map[string]*ownRec
+	// unleased holds every record of recs whose lease is nil (warm, or
+	// not claimed yet), and maybe records that have left recs or got a
+	// lease since: dropIdle looks only here and forgets those. So its
+	// poll costs the records not in use, not every record held (a host
+	// holding 100,000 locks would walk them all every WantPoll, with mu
+	// held). GUARDED_BY(mu)
+	unleased map[*ownRec]struct{}
 	// layoutLogged: objects of a foreign layout already logged. GUARDED_BY(mu)
 	layoutLogged map[string]bool
 	// wants are the wants addressed to this session at the last listing.
@@ -148,6 +155,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		startSem:      make(chan struct{}, 1),
 		kick:          make(chan struct{}, 1),
 		recs:          make(map[string]*ownRec),
+		unleased:      make(map[*ownRec]struct{}),
 		layoutLogged:  make(map[string]bool),
 		waiterChecked: make(map[string]time.Duration),
 	}
@@ -321,6 +329,7 @@ func (b *Backend) recFor(name string, id lockmgr.LockID, s *session) *ownRec {
 	if r == nil || r.sess != s {
 		r = &ownRec{id: id, name: name, sess: s, slot: make(chan struct{}, 1)} // wantedBy: nil until wanted
 		b.recs[name] = r
+		b.unleased[r] = struct{}{}
 	}
 	return r
 }

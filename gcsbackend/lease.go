@@ -355,6 +355,7 @@ func (l *lease) Release(ctx context.Context) error {
 	b.mu.Lock()
 	if r.lease == l {
 		r.lease = nil
+		b.unleased[r] = struct{}{}
 	}
 	r.idleSince = b.clock.Now()
 	drop := r.wanted || b.cfg.WarmFor < 0

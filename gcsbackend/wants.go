@@ -422,8 +422,12 @@ func (b *Backend) dropIdle(s *session) {
 	now := b.clock.Now()
 	var idle []*ownRec
 	b.mu.Lock()
-	for _, r := range b.recs {
-		if r.sess != s || r.lease != nil || now-r.idleSince < b.cfg.WarmFor {
+	for r := range b.unleased {
+		if b.recs[r.name] != r || r.lease != nil {
+			delete(b.unleased, r)
+			continue
+		}
+		if r.sess != s || now-r.idleSince < b.cfg.WarmFor {
 			continue
 		}
 		if r.uncertain && !r.present {
