@@ -64,16 +64,7 @@ func TestProfileDaemon(t *testing.T) {
 	}
 	cpu := func(name string, fn func()) {
 		t.Helper()
-		p, err := os.Create(filepath.Join(out, "cpu-"+name+".pprof"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
-		if err := pprof.StartCPUProfile(p); err != nil {
-			t.Fatal(err)
-		}
-		fn()
-		pprof.StopCPUProfile()
+		profileCPU(t, filepath.Join(out, "cpu-"+name+".pprof"), fn)
 	}
 	cpu("pair", func() { run("pair", "-file", filepath.Join(mnt, "a/b/c/d/.lock"), "-n", "20000") })
 	cpu("pair0", func() { run("pair", "-file", filepath.Join(mnt, ".lock"), "-n", "20000") })
@@ -117,7 +108,7 @@ func TestProfileDaemon(t *testing.T) {
 	})
 	os.Remove(big)
 
-	profileHeld(t, out, "", loadgen, filepath.Join(mnt, "h"), held)
+	profileHeld(t, out, "", loadgen, filepath.Join(mnt, "h"), held, nil)
 }
 
 // profileMount mounts src at mnt with a daemon in this process, built from
@@ -137,8 +128,9 @@ func profileMount(t *testing.T, src, mnt string, backend lockmgr.Backend) {
 // profile to out/heap-held<name>.pprof and a summary line to
 // out/summary<name>.txt: the heap in use and the goroutine stacks before
 // and after, per lock. Profiles with goroutine stacks:
-// out/goroutine-held<name>.pprof.
-func profileHeld(t *testing.T, out, name, loadgen, root string, held int) {
+// out/goroutine-held<name>.pprof. whileHeld, if not nil, runs once the
+// profiles are written, with the locks still held.
+func profileHeld(t *testing.T, out, name, loadgen, root string, held int, whileHeld func()) {
 	t.Helper()
 	type mem struct {
 		heap, stacks uint64
@@ -195,6 +187,9 @@ func profileHeld(t *testing.T, out, name, loadgen, root string, held int) {
 	if err := os.WriteFile(filepath.Join(out, "summary"+name+".txt"), []byte(msg+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if whileHeld != nil {
+		whileHeld()
+	}
 }
 
 // profileSetup reads the profile's environment (skipping t without
@@ -237,7 +232,9 @@ func makeProfileTree(t *testing.T, root string, held int) {
 // TestProfileHeldGCS is TestProfileDaemon's heap profile with the gcs
 // backend (on the GCS emulator, default TTL): the heap of a daemon in this
 // process holding LOCKFS_BENCH_PROFILE_HELD locks (default 15000), to
-// out/heap-held-gcs.pprof and out/summary-gcs.txt.
+// out/heap-held-gcs.pprof and out/summary-gcs.txt; then, with the locks
+// still held, the CPU profile of lock pairs at depth 4, to
+// out/cpu-pair-held-gcs.pprof.
 //
 //	LOCKFS_BENCH_PROFILE=/tmp/prof go test -run TestProfileHeldGCS -v ./bench/
 //	go tool pprof -sample_index=inuse_space -top /tmp/prof/heap-held-gcs.pprof
@@ -246,13 +243,39 @@ func TestProfileHeldGCS(t *testing.T) {
 	emu := gcstest.Start(t)
 	src, mnt := t.TempDir(), t.TempDir()
 	makeProfileTree(t, filepath.Join(src, "h"), held)
+	if err := os.MkdirAll(filepath.Join(src, "a/b/c/d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	backend, err := gcsbackend.New(context.Background(), gcsbackend.Config{
 		Bucket: emu.Bucket, Endpoint: emu.Endpoint(), HostID: "profile"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	profileMount(t, src, mnt, backend)
-	profileHeld(t, out, "-gcs", loadgen, filepath.Join(mnt, "h"), held)
+	profileHeld(t, out, "-gcs", loadgen, filepath.Join(mnt, "h"), held, func() {
+		profileCPU(t, filepath.Join(out, "cpu-pair-held-gcs.pprof"), func() {
+			b, err := exec.Command(loadgen, "pair", "-file", filepath.Join(mnt, "a/b/c/d/.lock"), "-n", "5000").CombinedOutput()
+			if err != nil {
+				t.Fatalf("loadgen pair: %v: %s", err, b)
+			}
+			t.Logf("loadgen pair with %d held: %s", held, bytes.TrimSpace(b))
+		})
+	})
+}
+
+// profileCPU writes the CPU profile of fn to path.
+func profileCPU(t *testing.T, path string, fn func()) {
+	t.Helper()
+	p, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := pprof.StartCPUProfile(p); err != nil {
+		t.Fatal(err)
+	}
+	defer pprof.StopCPUProfile()
+	fn()
 }
 
 // TestProfileDrain profiles the in-process daemon while a queue of
