@@ -244,9 +244,12 @@ func (n *node) Setattr(ctx context.Context, req *fuse.SetattrRequest, resp *fuse
 // truncate sets the size of n, a regular file behind fd, and of its
 // shared-memory twin if it has one.
 func (n *node) truncate(fd int, size int64) error {
-	n.mu.Lock()
-	t := n.twin
-	n.mu.Unlock()
+	var t *shmTwin
+	if f, ok := n.self.(*File); ok {
+		f.mu.Lock()
+		t = f.twin
+		f.mu.Unlock()
+	}
 	if t == nil {
 		return truncateFd(fd, size)
 	}

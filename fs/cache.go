@@ -171,8 +171,8 @@ func (n *node) noteGiven(st *inodeStat, file bool) {
 	gen := n.fs.given.Add(1)
 	n.mu.Lock()
 	n.givenGen = gen
-	if file {
-		n.attrVer = versionOf(st)
+	if f, ok := n.self.(*File); ok && file {
+		f.attrVer = versionOf(st)
 	}
 	n.mu.Unlock()
 }
@@ -180,21 +180,29 @@ func (n *node) noteGiven(st *inodeStat, file bool) {
 // noteChange records a change the daemon made to n's backing file, which
 // had version pre before and post after it.
 func (n *node) noteChange(pre, post *inodeStat) {
-	n.mu.Lock()
-	if n.cacheKnown && n.cacheVer == versionOf(pre) {
-		n.cacheVer = versionOf(post)
-	} else {
-		n.cacheKnown = false
+	f, ok := n.self.(*File)
+	if !ok {
+		return // a directory: no cached pages
 	}
-	n.mu.Unlock()
+	f.mu.Lock()
+	if f.cacheKnown && f.cacheVer == versionOf(pre) {
+		f.cacheVer = versionOf(post)
+	} else {
+		f.cacheKnown = false
+	}
+	f.mu.Unlock()
 }
 
 // forgetCache records a change the daemon made to n's backing file whose
 // versions it could not take: the next check drops the kernel's cache.
 func (n *node) forgetCache() {
-	n.mu.Lock()
-	n.cacheKnown = false
-	n.mu.Unlock()
+	f, ok := n.self.(*File)
+	if !ok {
+		return // a directory: no cached pages
+	}
+	f.mu.Lock()
+	f.cacheKnown = false
+	f.mu.Unlock()
 }
 
 // revalidate drops the kernel's cache of n if the backing file (st, of

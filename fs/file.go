@@ -13,8 +13,26 @@ import (
 // File is anything in SOURCE but a directory: a regular file, a symlink, a
 // FIFO, a socket or a device. The kernel opens only regular files through
 // the daemon; it handles FIFOs and devices itself.
+//
+// The fields of its own are those only a file that is not a directory
+// needs: a host holding many locks has a Dir per held lock, and no File.
 type File struct {
 	node
+
+	// Mutable state
+
+	// cacheVer is the version of the backing file that the kernel's
+	// cached pages of a regular file are no older than, if cacheKnown
+	// (cache.go). GUARDED_BY(mu)
+	cacheVer   fileVersion
+	cacheKnown bool
+	// attrVer is the version of the last attributes of a regular file
+	// given to the kernel, which may keep them fileAttrValid.
+	// GUARDED_BY(mu)
+	attrVer fileVersion
+	// twin is a shared-memory file's copy of the kernel's cached pages
+	// (shm.go), made on first use. GUARDED_BY(mu)
+	twin *shmTwin
 }
 
 var (

@@ -66,15 +66,6 @@ type node struct {
 	// A handle leaves the set when it is released; its descriptor is
 	// closed then, or by its last borrower (borrowOpen). GUARDED_BY(mu)
 	open map[*openFile]struct{}
-	// cacheVer is the version of the backing file that the kernel's
-	// cached pages of a regular file are no older than, if cacheKnown
-	// (cache.go). GUARDED_BY(mu)
-	cacheVer   fileVersion
-	cacheKnown bool
-	// attrVer is the version of the last attributes of a regular file
-	// given to the kernel, which may keep them fileAttrValid.
-	// GUARDED_BY(mu)
-	attrVer fileVersion
 	// givenGen is the FS.given value of the last answer that gave the
 	// kernel n's attributes or a name for n (fillAttr). GUARDED_BY(mu)
 	givenGen uint64
@@ -82,9 +73,6 @@ type node struct {
 	// of its last two revalidations, older first (cache.go).
 	// GUARDED_BY(mu)
 	revalGens [2]uint64
-	// twin is a shared-memory file's copy of the kernel's cached pages
-	// (shm.go), made on first use. GUARDED_BY(mu)
-	twin *shmTwin
 	// pin is a directory's kept descriptor (pin.go); unpinnable is set
 	// once the kernel forgot the node. GUARDED_BY(mu)
 	pin        *openFile

@@ -43,7 +43,7 @@ type shmTwin struct {
 }
 
 // twinOf returns n's twin, making it on first use.
-func (n *node) twinOf() *shmTwin {
+func (n *File) twinOf() *shmTwin {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.twin == nil {
