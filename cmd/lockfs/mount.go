@@ -184,6 +184,9 @@ func runMount(mf mountFlags, source, mountpoint string, stderr io.Writer) error 
 	ballast := newGCBallast()
 	defer runtime.KeepAlive(ballast)
 	raiseGOMAXPROCS()
+	stopLimit := make(chan struct{})
+	limitDone := trackMemoryLimit(stopLimit)
+	defer func() { close(stopLimit); <-limitDone }()
 	if err := checkFUSE(); err != nil {
 		return err
 	}
