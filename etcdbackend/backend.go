@@ -56,6 +56,10 @@ type Backend struct {
 	// wants only, not its ancestors' or subtree's: the broken design the
 	// four-host history must catch.
 	noHierarchy bool
+	// noApplyDeletes is a test hook: a woken claim reads its ranges again
+	// before its transaction, as it once did, instead of applying the
+	// watch's deletions to its snapshot.
+	noApplyDeletes bool
 
 	// closeCtx is cancelled when Close begins: it ends waits and the
 	// background loops.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -195,25 +196,50 @@ func (b *Backend) acquire(ctx context.Context, c *ownClaim, sess *session, mode 
 				if !wait && (graceUsed || !byClaims) {
 					return 0, lockmgr.ErrWouldBlock
 				}
-				graceUsed = true
 				if err := b.giveBackWarm(ctx, c, sess, giveUp); err != nil {
 					return 0, err
 				}
 				if myWant == 0 {
-					if myWant, err = b.putWant(ctx, giveUp, wkey, sess, mode); err != nil {
+					// The want's write reads the ranges too, at its own
+					// revision: the watch then starts at the present, where
+					// the server delivers at once (a watch from a past
+					// revision waits for the server's catch-up loop, up to
+					// 100 ms), and the claim's transaction after the wake
+					// compares with a snapshot that includes the want.
+					if myWant, snap, err = b.putWant(ctx, giveUp, wkey, sess, mode, rs); err != nil {
 						return 0, err
 					}
+					if blockers, _, err = b.blockers(snap, c, sess, mode, myWant); err != nil {
+						return 0, err
+					}
+					if len(blockers) == 0 {
+						continue
+					}
 				}
+				graceUsed = true
 				wctx, cancel := ctx, context.CancelFunc(func() {})
 				if !wait {
 					// Holders drop claims they only keep warm as soon as they
 					// see the want; held ones stay.
 					wctx, cancel = context.WithTimeout(ctx, b.cfg.NoWaitGrace)
 				}
-				err := b.waitChange(wctx, sess, blockers, snap.rev)
+				deleted, reread, err := b.waitChange(wctx, sess, blockers, snap.rev)
 				cancel()
 				if err != nil && (wait || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
 					return 0, err
+				}
+				if err == nil && !reread && !b.noApplyDeletes {
+					// Only deletions came: the ranges now hold the
+					// snapshot's keys less some. If those left block
+					// nothing, the claim's transaction goes at once, no
+					// read first: it still compares the ranges with the
+					// snapshot's revision, so a key written since makes
+					// it fail and read instead.
+					next := snap.without(deleted)
+					if bl, _, err := b.blockers(next, c, sess, mode, myWant); err == nil && len(bl) == 0 {
+						snap = next
+						continue
+					}
 				}
 				if snap, err = b.read(ctx, giveUp, rs); err != nil {
 					return 0, err
@@ -375,25 +401,50 @@ func (b *Backend) aheadOfLocked(sess *session, id lockmgr.LockID, mode lockmgr.M
 
 // waitChange waits until one of keys changes after rev (a watch on each,
 // from rev+1, so that a change between the read and the watch is seen),
-// ctx ends, or the session is lost.
-func (b *Backend) waitChange(ctx context.Context, sess *session, keys []string, rev int64) error {
+// ctx ends, or the session is lost. It returns the keys deleted so far,
+// and reread if anything else came (a write, a broken watch): then only a
+// new read tells what the ranges hold.
+func (b *Backend) waitChange(ctx context.Context, sess *session, keys []string, rev int64) (deleted []string, reread bool, err error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	changed := make(chan struct{}, 1)
-	done := make(chan struct{}, len(keys))
+	var (
+		mu      sync.Mutex
+		dels    []string // GUARDED_BY(mu)
+		other   bool     // GUARDED_BY(mu)
+		changed = make(chan struct{}, 1)
+		done    = make(chan struct{}, len(keys))
+	)
+	note := func(f func()) {
+		mu.Lock()
+		f()
+		mu.Unlock()
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
 	for _, k := range keys {
 		wch := b.cli.Watch(wctx, k, clientv3.WithRev(rev+1))
 		go func() {
 			defer func() { done <- struct{}{} }()
-			for range wch {
-				select {
-				case changed <- struct{}{}:
-				default:
+			for wr := range wch {
+				if wr.Err() != nil || wr.Canceled {
+					note(func() { other = true })
+					continue
 				}
+				if len(wr.Events) == 0 {
+					continue
+				}
+				note(func() {
+					for _, ev := range wr.Events {
+						if ev.Type == clientv3.EventTypeDelete {
+							dels = append(dels, string(ev.Kv.Key))
+						} else {
+							other = true
+						}
+					}
+				})
 			}
-			select {
-			case changed <- struct{}{}:
-			default:
-			}
+			note(func() { other = true })
 		}()
 	}
 	defer func() {
@@ -405,10 +456,12 @@ func (b *Backend) waitChange(ctx context.Context, sess *session, keys []string, 
 	b.stats.watches.Add(1)
 	select {
 	case <-changed:
-		return nil
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), dels...), other, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, true, ctx.Err()
 	case <-sess.lostc:
-		return fmt.Errorf("%w: %w", lockmgr.ErrUnavailable, sess.check(b.clock.Now()))
+		return nil, true, fmt.Errorf("%w: %w", lockmgr.ErrUnavailable, sess.check(b.clock.Now()))
 	}
 }

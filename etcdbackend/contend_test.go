@@ -67,3 +67,53 @@ func TestContendedByAnotherHost(t *testing.T) {
 		t.Fatal("the waiter was not granted after the contended release")
 	}
 }
+
+// A waiter woken by the release of what blocked it claims at once: the
+// watch's deletion is applied to its snapshot, so the hand-off costs the
+// holder's delete and the waiter's claim transaction, no read between
+// the wake and the claim. Control: with the woken claim reading again
+// first (the old path), one read per hand-off.
+func TestHandoffNoRead(t *testing.T) {
+	c := etcdtest.Start(t)
+	for _, tc := range []struct {
+		name  string
+		old   bool
+		reads uint64
+	}{{"apply-deletes", false, 0}, {"control-read-again", true, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			a, b := newBackend(t, c), newBackend(t, c)
+			if tc.old {
+				b.NoApplyDeletes()
+			}
+			mustClaim(t, b, dir("s"), lockmgr.Exclusive).Release(ctx) // starts b's session
+			la := mustClaim(t, a, dir("x/y"), lockmgr.Exclusive)
+			before := b.Stats()
+			got := make(chan error, 1)
+			go func() {
+				l, err := b.Claim(ctx, dir("x/y"), lockmgr.Exclusive, true)
+				if err == nil {
+					l.Release(ctx)
+				}
+				got <- err
+			}()
+			select {
+			case <-la.(lockmgr.ContendedLease).Contended():
+			case <-time.After(time.Minute):
+				t.Fatal("the holder was not told that another host waits")
+			}
+			la.Release(ctx)
+			if err := <-got; err != nil {
+				t.Fatal(err)
+			}
+			after := b.Stats()
+			if n := after.Reads - before.Reads; n != tc.reads {
+				t.Errorf("a hand-off cost the waiter %d reads, want %d", n, tc.reads)
+			}
+			if n := after.WantsSent - before.WantsSent; n != 1 {
+				t.Errorf("a hand-off cost the waiter %d wants, want 1", n)
+			}
+			t.Logf("waiter: %d claim transactions, %d reads, %d watches", after.Txns-before.Txns, after.Reads-before.Reads, after.Watches-before.Watches)
+		})
+	}
+}

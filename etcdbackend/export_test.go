@@ -19,3 +19,7 @@ func (b *Backend) SessionLease() int64 {
 	}
 	return int64(b.sess.id)
 }
+
+// NoApplyDeletes makes a woken claim read again before its transaction
+// (test hook).
+func (b *Backend) NoApplyDeletes() { b.noApplyDeletes = true }

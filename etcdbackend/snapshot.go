@@ -70,3 +70,21 @@ func (s *snapshot) holds(sid string, id lockmgr.LockID, mode lockmgr.Mode) bool 
 	}
 	return false
 }
+
+// without returns s less the keys deleted, at the same revision.
+func (s *snapshot) without(deleted []string) *snapshot {
+	gone := map[string]bool{}
+	for _, k := range deleted {
+		gone[k] = true
+	}
+	keep := func(ks []keyRecord) []keyRecord {
+		var out []keyRecord
+		for _, k := range ks {
+			if !gone[k.key] {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	return &snapshot{rev: s.rev, claims: keep(s.claims), wants: keep(s.wants)}
+}

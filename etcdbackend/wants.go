@@ -18,21 +18,28 @@ type want struct {
 	rev  int64
 }
 
-// putWant writes this host's want key for a claim in mode and returns its
-// create revision: the claim's place in the lock's queue. Holders that see
-// it give up warm claims it waits for.
-func (b *Backend) putWant(ctx context.Context, giveUp time.Duration, wkey string, sess *session, mode lockmgr.Mode) (int64, error) {
-	var resp *clientv3.PutResponse
+// putWant writes this host's want key for a claim in mode and reads the
+// claim's ranges rs, in one transaction: it returns the want's create
+// revision (the claim's place in the lock's queue) and the ranges as of
+// that revision. Holders that see the want give up warm claims it waits
+// for.
+func (b *Backend) putWant(ctx context.Context, giveUp time.Duration, wkey string, sess *session, mode lockmgr.Mode, rs []keyRange) (int64, *snapshot, error) {
+	var resp *clientv3.TxnResponse
 	err := b.retry(ctx, giveUp, "write the want", func(rctx context.Context) error {
 		var err error
-		resp, err = b.cli.Put(rctx, wkey, newRecord(b.cfg.HostID, mode), clientv3.WithLease(sess.id))
+		put := clientv3.OpPut(wkey, newRecord(b.cfg.HostID, mode), clientv3.WithLease(sess.id))
+		resp, err = b.cli.Txn(rctx).Then(append([]clientv3.Op{put}, gets(rs)...)...).Commit()
 		return err
 	})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	b.stats.wantsSent.Add(1)
-	return resp.Header.Revision, nil
+	snap, err := b.parseSnapshot(resp.Header.Revision, resp.Responses)
+	if err != nil {
+		return 0, nil, err
+	}
+	return resp.Header.Revision, snap, nil
 }
 
 // deleteWant deletes this host's want key once its wait ended, with its
