@@ -118,9 +118,10 @@ func TestRequestCounts(t *testing.T) {
 			mustClaim(t, a, dir("x"), lockmgr.Shared).Release(ctx) // starts the session
 			quiet := func() uint64 { s := a.Stats(); return s.Requests - s.KeepAlives }
 			// The session's start also lists the wants, in the background:
-			// wait until it has.
+			// wait until it has (the grant, the claim and the listing: 3
+			// requests) and nothing more comes.
 			last, since := quiet(), time.Now()
-			for time.Since(since) < 300*time.Millisecond {
+			for last < 3 || time.Since(since) < 300*time.Millisecond {
 				time.Sleep(20 * time.Millisecond)
 				if n := quiet(); n != last {
 					last, since = n, time.Now()
