@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockfs/lockfs/bench"
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -31,11 +32,7 @@ func requireFUSE(t *testing.T) {
 	if len(missing) == 0 {
 		return
 	}
-	msg := "missing " + strings.Join(missing, ", ")
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	testutil.Missing(t, "missing %s", strings.Join(missing, ", "))
 }
 
 // TestSmoke runs every measurement of the harness at tiny sizes, once, and
@@ -78,7 +75,7 @@ func TestSmoke(t *testing.T) {
 	}
 	reason, _ := got["gcs_unavailable_reason"].(string)
 	if reason != "" {
-		if os.Getenv("CI") == "true" {
+		if testutil.InCI() {
 			t.Errorf("GCS figures unavailable: %s", reason)
 		} else {
 			t.Logf("GCS figures unavailable (set CI=true to fail): %s", reason)
@@ -86,7 +83,7 @@ func TestSmoke(t *testing.T) {
 	}
 	etcdReason, _ := got["etcd_unavailable_reason"].(string)
 	if etcdReason != "" {
-		if os.Getenv("CI") == "true" {
+		if testutil.InCI() {
 			t.Errorf("etcd figures unavailable: %s", etcdReason)
 		} else {
 			t.Logf("etcd figures unavailable (set CI=true to fail): %s", etcdReason)

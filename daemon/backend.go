@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockfs/lockfs/etcdbackend"
 	"github.com/lockfs/lockfs/gcsbackend"
+	"github.com/lockfs/lockfs/internal/logs"
 	"github.com/lockfs/lockfs/localbackend"
 	"github.com/lockfs/lockfs/lockmgr"
 	"github.com/lockfs/lockfs/metrics"
@@ -56,7 +57,7 @@ func newBackend(cfg *Config, log logrus.FieldLogger) (builtBackend, error) {
 // CheckBackend builds the backend cfg chooses, which checks a network
 // backend as Start does, and closes it: what "lockfs doctor" asks.
 func CheckBackend(cfg Config) error {
-	bb, err := newBackend(&cfg, discardLogger(cfg.Logger))
+	bb, err := newBackend(&cfg, logs.OrDiscard(cfg.Logger))
 	if err != nil {
 		return err
 	}

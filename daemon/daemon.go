@@ -15,7 +15,6 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/lockfs/lockfs/admin"
 	"github.com/lockfs/lockfs/fs"
+	"github.com/lockfs/lockfs/internal/logs"
 	"github.com/lockfs/lockfs/lockmgr"
 	"github.com/lockfs/lockfs/metrics"
 )
@@ -68,7 +68,7 @@ func Start(cfg Config) (_ *Daemon, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	log := discardLogger(cfg.Logger)
+	log := logs.OrDiscard(cfg.Logger)
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -196,13 +196,3 @@ func fsName(source string) string {
 
 // errNoMount is returned by Run of a daemon without a mount.
 var errNoMount = errors.New("daemon: no mount to serve")
-
-// discardLogger is log, or a logger that discards when log is nil.
-func discardLogger(log logrus.FieldLogger) logrus.FieldLogger {
-	if log != nil {
-		return log
-	}
-	l := logrus.New()
-	l.SetOutput(io.Discard)
-	return l
-}

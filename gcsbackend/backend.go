@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"google.golang.org/api/option"
 
+	"github.com/lockfs/lockfs/internal/backoff"
+	"github.com/lockfs/lockfs/internal/logs"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -136,12 +137,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	// Every retry is ours: counted, bounded, resolved by reading back.
 	client.SetRetry(storage.WithPolicy(storage.RetryNever))
-	log := cfg.Logger
-	if log == nil {
-		l := logrus.New()
-		l.SetOutput(io.Discard)
-		log = l
-	}
+	log := logs.OrDiscard(cfg.Logger)
 	closeCtx, closeCancel := context.WithCancel(context.Background())
 	b := &Backend{
 		client:        client,
@@ -253,7 +249,7 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, name string, mod
 		if !wait {
 			return nil, lockmgr.ErrWouldBlock
 		}
-		if err := b.sleep(ctx, jitter(b.cfg.WantPoll)); err != nil {
+		if err := b.sleep(ctx, backoff.Jitter(b.cfg.WantPoll)); err != nil {
 			return nil, err
 		}
 	}

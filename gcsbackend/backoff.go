@@ -2,8 +2,9 @@ package gcsbackend
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
+
+	"github.com/lockfs/lockfs/internal/backoff"
 )
 
 // Backoff bounds.
@@ -19,53 +20,15 @@ const (
 	pollMax = time.Second
 )
 
-// backoff is a jittered, bounded exponential backoff: each wait is drawn
-// uniformly from [d/2, d], and d doubles from min up to max.
-type backoff struct {
-	min, max, d time.Duration
-}
-
-func (b *Backend) newBackoff(lo, hi time.Duration) *backoff {
-	return &backoff{min: lo, max: hi, d: lo}
-}
-
-// next returns the next wait.
-func (bo *backoff) next() time.Duration {
-	d := bo.d
-	bo.d = min(2*bo.d, bo.max)
-	return d/2 + rand.N(d/2+1)
-}
-
-// reset starts over from min.
-func (bo *backoff) reset() { bo.d = bo.min }
-
 // newPoll returns a waiter's backoff: from pollMin up to pollMax, or an
 // eighth of the TTL if that is less, so that a waiter notices a holder's
 // last heartbeat within a small part of the time it then waits for it to
 // turn stale.
-func (b *Backend) newPoll() *backoff {
-	return b.newBackoff(pollMin, max(pollMin, min(pollMax, b.cfg.TTL/8)))
-}
-
-// jitter returns d give or take a tenth, drawn uniformly, so that periodic
-// work of many hosts (heartbeats, want polls) spreads out while its mean
-// rate stays one per d (a heartbeat every second must not exceed GCS's one
-// write per second per object on average).
-func jitter(d time.Duration) time.Duration {
-	return d - d/10 + rand.N(d/5+1)
+func (b *Backend) newPoll() *backoff.Backoff {
+	return backoff.New(pollMin, max(pollMin, min(pollMax, b.cfg.TTL/8)))
 }
 
 // sleep waits d on the backend's clock, or until ctx ends.
 func (b *Backend) sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	c, stop := b.clock.Timer(d)
-	defer stop()
-	select {
-	case <-c:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return backoff.Sleep(ctx, b.clock, d, nil)
 }

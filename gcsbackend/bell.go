@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+
+	"github.com/lockfs/lockfs/internal/backoff"
 )
 
 // Bells: how a holder learns of a want with reads, not listings.
@@ -44,7 +46,7 @@ func (b *Backend) ring(ctx context.Context, self, holder string) bool {
 	name := b.bellName(holder)
 	body, _ := json.Marshal(bellDoc{Version: layoutVersion, Waiter: self, Host: b.cfg.HostID, At: b.wallNow()})
 	meta := map[string]string{metaVersion: strconv.Itoa(layoutVersion)}
-	bo := b.newBackoff(retryMin, retryMax)
+	bo := backoff.New(retryMin, retryMax)
 	rctx, cancel := b.requestCtx(ctx, 0)
 	gen, oc, _ := b.generation(rctx, name)
 	cancel()
@@ -62,7 +64,7 @@ func (b *Backend) ring(ctx context.Context, self, holder string) bool {
 		case outcomeTransient:
 			// 429 (someone rang within the second), 5xx or no answer: if
 			// the generation moved, a write landed after the want.
-			if b.sleep(ctx, bo.next()) != nil {
+			if b.sleep(ctx, bo.Next()) != nil {
 				return false
 			}
 			rctx, cancel := b.requestCtx(ctx, 0)

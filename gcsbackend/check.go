@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/storage"
+	"github.com/lockfs/lockfs/internal/backoff"
 	"google.golang.org/api/googleapi"
 )
 
@@ -104,7 +105,7 @@ var errRetryCheck = errors.New("retry")
 // ctx ends, backing off with jitter after a transient failure, and turns
 // its last error into one that says what to fix.
 func (b *Backend) retryCheck(ctx context.Context, step, name string, f func(context.Context) error) error {
-	bo := b.newBackoff(retryMin, retryMax)
+	bo := backoff.New(retryMin, retryMax)
 	var last error
 	for {
 		err := f(ctx)
@@ -117,7 +118,7 @@ func (b *Backend) retryCheck(ctx context.Context, step, name string, f func(cont
 				return b.explain(step, name, err)
 			}
 		}
-		if err := b.sleep(ctx, bo.next()); err != nil || ctx.Err() != nil {
+		if err := b.sleep(ctx, bo.Next()); err != nil || ctx.Err() != nil {
 			if last == nil {
 				last = ctx.Err()
 			}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockfs/lockfs/internal/backoff"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -256,7 +257,7 @@ func (b *Backend) listBelow(ctx context.Context, prefix, skip string, keep func(
 // listRetry lists prefix, retrying transient failures with backoff for at
 // most UnavailableAfter.
 func (b *Backend) listRetry(ctx context.Context, prefix string) ([]listed, error) {
-	bo := b.newBackoff(retryMin, retryMax)
+	bo := backoff.New(retryMin, retryMax)
 	fails := b.newFailClock()
 	for {
 		rctx, cancel := b.requestCtx(ctx, 0)
@@ -271,7 +272,7 @@ func (b *Backend) listRetry(ctx context.Context, prefix string) ([]listed, error
 			if err := fails.fail(err); err != nil {
 				return nil, err
 			}
-			if err := b.sleep(ctx, bo.next()); err != nil {
+			if err := b.sleep(ctx, bo.Next()); err != nil {
 				return nil, err
 			}
 		default:
@@ -349,7 +350,7 @@ func (b *Backend) acquireRec(ctx context.Context, r *ownRec, mode lockmgr.Mode, 
 			if !wait {
 				return lockmgr.ErrWouldBlock
 			}
-			poll.reset()
+			poll.Reset()
 			if err := b.pollSleep(ctx, poll, 0); err != nil {
 				return err
 			}
@@ -412,8 +413,8 @@ func earliest(a, b time.Duration) time.Duration {
 }
 
 // pollSleep waits for the next poll, or until a blocker may turn stale.
-func (b *Backend) pollSleep(ctx context.Context, poll *backoff, nextStale time.Duration) error {
-	d := poll.next()
+func (b *Backend) pollSleep(ctx context.Context, poll *backoff.Backoff, nextStale time.Duration) error {
+	d := poll.Next()
 	if nextStale != 0 {
 		d = min(d, max(nextStale-b.clock.Now(), time.Millisecond))
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockfs/lockfs/internal/backoff"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -90,8 +91,8 @@ type mutateOpts struct {
 // mutate applies ed to the object until a write lands, ed refuses, or ctx
 // ends. See the comment at the top of this file.
 func (b *Backend) mutate(ctx context.Context, name string, o mutateOpts, ed edit, eff effect) (landed, error) {
-	bo := b.newBackoff(retryMin, retryMax)
-	bo412 := b.newBackoff(conflictMin, retryMax)
+	bo := backoff.New(retryMin, retryMax)
+	bo412 := backoff.New(conflictMin, retryMax)
 	fails := b.newFailClock()
 	if o.giveUp != 0 {
 		fails.limit = o.giveUp
@@ -147,7 +148,7 @@ func (b *Backend) mutate(ctx context.Context, name string, o mutateOpts, ed edit
 				if err := fails.fail(err); err != nil {
 					return landed{}, &errAmbiguous{base: base, err: err}
 				}
-				if err := b.sleep(ctx, bo.next()); err != nil {
+				if err := b.sleep(ctx, bo.Next()); err != nil {
 					return landed{}, &errAmbiguous{base: base, err: err}
 				}
 			}
@@ -158,7 +159,7 @@ func (b *Backend) mutate(ctx context.Context, name string, o mutateOpts, ed edit
 				if err := fails.fail(fmt.Errorf("412: %w", err)); err != nil {
 					return landed{}, err
 				}
-				if err := b.sleep(ctx, bo412.next()); err != nil {
+				if err := b.sleep(ctx, bo412.Next()); err != nil {
 					return landed{}, err
 				}
 			}
@@ -186,7 +187,7 @@ func (b *Backend) mutate(ctx context.Context, name string, o mutateOpts, ed edit
 // readRetry reads the object, retrying transient failures with backoff
 // until ctx ends or GCS has failed for UnavailableAfter.
 func (b *Backend) readRetry(ctx context.Context, name string, until time.Duration, fails *failClock) (snapshot, error) {
-	bo := b.newBackoff(retryMin, retryMax)
+	bo := backoff.New(retryMin, retryMax)
 	for {
 		if err := b.beforeWrite(ctx, until); err != nil {
 			return snapshot{}, err
@@ -203,7 +204,7 @@ func (b *Backend) readRetry(ctx context.Context, name string, until time.Duratio
 			if err := fails.fail(err); err != nil {
 				return snapshot{}, err
 			}
-			if err := b.sleep(ctx, bo.next()); err != nil {
+			if err := b.sleep(ctx, bo.Next()); err != nil {
 				return snapshot{}, err
 			}
 		default:

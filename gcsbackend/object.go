@@ -322,14 +322,8 @@ func dirPrefix(prefix, p string) string {
 // objectName returns the name of id's lock object under prefix, or an error
 // wrapping lockmgr.ErrInvalid if id is malformed.
 func objectName(prefix string, id lockmgr.LockID) (string, error) {
-	switch id.Kind {
-	case lockmgr.KindDir, lockmgr.KindNewDir, lockmgr.KindUsage:
-	default:
-		return "", fmt.Errorf("%w: lock kind %v", lockmgr.ErrInvalid, id.Kind)
-	}
-	clean, err := lockmgr.CleanPath(id.Path)
-	if err != nil || clean != id.Path {
-		return "", fmt.Errorf("%w: path %q is not a clean relative path", lockmgr.ErrInvalid, id.Path)
+	if err := id.Check(); err != nil {
+		return "", err
 	}
 	var sb strings.Builder
 	sb.WriteString(dirPrefix(prefix, id.Path))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lockfs/lockfs/internal/backoff"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -168,7 +169,7 @@ func (b *Backend) ensureSession(ctx context.Context, giveUp time.Duration) (*ses
 	name := b.sessionName(id)
 	fails := b.newFailClock()
 	fails.limit = giveUp
-	bo := b.newBackoff(retryMin, retryMax)
+	bo := backoff.New(retryMin, retryMax)
 	first := time.Duration(-1)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -194,7 +195,7 @@ func (b *Backend) ensureSession(ctx context.Context, giveUp time.Duration) (*ses
 				if err := fails.fail(err); err != nil {
 					return nil, fmt.Errorf("start session: %w", err)
 				}
-				if err := b.sleep(ctx, bo.next()); err != nil {
+				if err := b.sleep(ctx, bo.Next()); err != nil {
 					return nil, err
 				}
 			}
@@ -218,7 +219,7 @@ func (b *Backend) ensureSession(ctx context.Context, giveUp time.Duration) (*ses
 			gen = g
 		}
 		s := &session{id: id, name: name, lostc: make(chan struct{}), doc: doc, gen: gen,
-			lastSent: first, validUntil: first + b.cfg.vouch(), refreshDue: first + jitter(b.cfg.RefreshInterval)}
+			lastSent: first, validUntil: first + b.cfg.vouch(), refreshDue: first + backoff.Jitter(b.cfg.RefreshInterval)}
 		b.mu.Lock()
 		if b.closed {
 			b.mu.Unlock()
@@ -305,7 +306,7 @@ func (b *Backend) heartbeat(s *session) error {
 	doc.Seq++
 	doc.Refreshed = b.wallNow()
 	doc.Write = b.newWriteID()
-	bo := b.newBackoff(retryMin, retryMax)
+	bo := backoff.New(retryMin, retryMax)
 	ctx := b.closeCtx
 	first := time.Duration(-1)
 	for {
@@ -330,7 +331,7 @@ func (b *Backend) heartbeat(s *session) error {
 		}
 		if oc == outcomeTransient {
 			b.stats.ambiguous.Add(1)
-			if err := b.sleep(ctx, min(bo.next(), max(until-b.clock.Now(), time.Millisecond))); err != nil {
+			if err := b.sleep(ctx, min(bo.Next(), max(until-b.clock.Now(), time.Millisecond))); err != nil {
 				return err
 			}
 		}
@@ -364,7 +365,7 @@ func (b *Backend) heartbeat(s *session) error {
 			if roc == outcomePermanent {
 				return fmt.Errorf("heartbeat read-back: %w", rerr)
 			}
-			if err := b.sleep(ctx, min(bo.next(), max(until-b.clock.Now(), time.Millisecond))); err != nil {
+			if err := b.sleep(ctx, min(bo.Next(), max(until-b.clock.Now(), time.Millisecond))); err != nil {
 				return err
 			}
 		}
@@ -378,7 +379,7 @@ func (b *Backend) landHeartbeat(s *session, doc sessionDoc, gen int64, sent time
 	if sent >= s.lastSent {
 		s.lastSent = sent
 		s.validUntil = sent + b.cfg.vouch()
-		s.refreshDue = sent + jitter(b.cfg.RefreshInterval)
+		s.refreshDue = sent + backoff.Jitter(b.cfg.RefreshInterval)
 	}
 	b.stats.refreshes.Add(1)
 }
@@ -430,7 +431,7 @@ func (b *Backend) endSession(ctx context.Context, s *session) error {
 	s.mu.Lock()
 	gen := s.gen
 	s.mu.Unlock()
-	bo := b.newBackoff(retryMin, retryMax)
+	bo := backoff.New(retryMin, retryMax)
 	fails := b.newFailClock()
 	for {
 		rctx, cancel := b.requestCtx(ctx, 0)
@@ -443,7 +444,7 @@ func (b *Backend) endSession(ctx context.Context, s *session) error {
 			if ferr := fails.fail(err); ferr != nil {
 				return fmt.Errorf("delete session %s: %w", s.name, ferr)
 			}
-			if err := b.sleep(ctx, bo.next()); err != nil {
+			if err := b.sleep(ctx, bo.Next()); err != nil {
 				return fmt.Errorf("delete session %s: %w", s.name, err)
 			}
 			// The delete may have landed with its reply lost: look.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockfs/lockfs/internal/backoff"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -131,7 +132,7 @@ func (a *asks) withdraw() {
 	ctx, cancel := context.WithTimeout(context.Background(), a.b.cfg.UnavailableAfter)
 	defer cancel()
 	for _, name := range a.names {
-		bo := a.b.newBackoff(retryMin, retryMax)
+		bo := backoff.New(retryMin, retryMax)
 		for try := 0; ; try++ {
 			rctx, rcancel := a.b.requestCtx(ctx, 0)
 			err := a.b.removeWant(rctx, name)
@@ -139,7 +140,7 @@ func (a *asks) withdraw() {
 			if err == nil {
 				break
 			}
-			if try == 4 || a.b.sleep(ctx, bo.next()) != nil {
+			if try == 4 || a.b.sleep(ctx, bo.Next()) != nil {
 				a.b.log.WithError(err).WithField("want", name).
 					Warn("could not delete a want; the holder defers to it for a while, then ignores it")
 				break
@@ -163,7 +164,7 @@ func (b *Backend) removeWant(ctx context.Context, name string) error {
 func (b *Backend) wantPoller() {
 	defer b.workers.Done()
 	for {
-		if err := b.sleep(b.closeCtx, jitter(b.cfg.WantPoll)); err != nil {
+		if err := b.sleep(b.closeCtx, backoff.Jitter(b.cfg.WantPoll)); err != nil {
 			return
 		}
 		s := b.currentSession()

@@ -79,10 +79,6 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-// inCI reports whether missing prerequisites must fail rather than skip
-// (testutil.Missing decides it for the helpers below).
-func inCI() bool { return os.Getenv("CI") == "true" }
-
 // require fails (in CI) or skips the test if a tool or device is missing.
 func require(t *testing.T, tools ...string) {
 	t.Helper()

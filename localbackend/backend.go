@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/logs"
 	"github.com/lockfs/lockfs/internal/resolve"
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -80,12 +80,7 @@ func New(cfg Config) (*Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	log := cfg.Logger
-	if log == nil {
-		l := logrus.New()
-		l.SetOutput(io.Discard)
-		log = l
-	}
+	log := logs.OrDiscard(cfg.Logger)
 	flockPath := cfg.FlockPath
 	if flockPath == "" {
 		p, err := exec.LookPath("flock")

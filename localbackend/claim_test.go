@@ -189,7 +189,7 @@ func TestKilledFlockProcessReleases(t *testing.T) {
 
 	// flock FILE sleep 1000, in its own process group.
 	h := startHolder(t, file, "", "-x")
-	if line, _ := h.out.ReadString('\n'); line != "locked\n" {
+	if line := h.line(); line != "locked" {
 		t.Fatalf("holder: %q", line)
 	}
 	if _, err := b.Claim(context.Background(), dirID("d"), lockmgr.Exclusive, false); !errors.Is(err, lockmgr.ErrWouldBlock) {
@@ -293,11 +293,11 @@ func TestCancelRacingGrant(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		res := claimAsync(ctx, b, dirID("d"), lockmgr.Exclusive, "")
 		waitingThroughFlock(t, 1)
-		h.stdin.Close()
+		h.stop()
 		// Spread the cancel over the few milliseconds the release takes.
 		time.Sleep(time.Duration(i) * 250 * time.Microsecond)
 		cancel()
-		h.cmd.Wait()
+		h.wait()
 		r := <-res
 		switch {
 		case r.err == nil:

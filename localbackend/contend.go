@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/backoff"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -196,7 +197,7 @@ func (b *Backend) awaitTurn(ctx context.Context, rel string) error {
 	}
 	var t lockTable
 	defer t.close()
-	bo := newBackoff(turnPollMin, turnPollMax)
+	bo := backoff.New(turnPollMin, turnPollMax)
 	since := y.at // the release, or when one was last seen blocked
 	for {
 		data, _, err := t.read()
@@ -218,7 +219,7 @@ func (b *Backend) awaitTurn(ctx context.Context, rel string) error {
 		} else if !woken || time.Since(since) >= yieldTurn {
 			return nil
 		}
-		if err := bo.sleep(ctx, b.closeCtx.Done()); err != nil {
+		if err := pollSleep(ctx, bo, b.closeCtx.Done()); err != nil {
 			return err
 		}
 	}

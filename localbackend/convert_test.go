@@ -161,7 +161,7 @@ func TestConvertLosesLease(t *testing.T) {
 	testHookUpgradeGap = func() {
 		testHookUpgradeGap = nil
 		sharer.kill()
-		if line, _ := taker.out.ReadString('\n'); line != "locked\n" {
+		if line := taker.line(); line != "locked" {
 			t.Errorf("exclusive waiter: %q", line)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -149,23 +149,22 @@ func externalTry(t *testing.T, file string, args ...string) bool {
 	return false
 }
 
-// holder is a flock(1) process holding a lock on a file until told to stop.
+// holder is a flock(1) process holding a lock on a file until told to
+// stop, talked to in lines (testutil.Child).
 type holder struct {
-	t     *testing.T
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Reader
+	t *testing.T
+	c *testutil.Child
 }
 
-// holdExternal runs "flock -o <args> FILE sh ..." in its own process group
+// holdExternal runs "flock -o <args> FILE sh ..." in its own session
 // and returns once it holds the lock. With -o only flock(1) itself holds the
 // lock, so it is free as soon as flock(1) is reaped. When released, the shell writes "released"
 // to mark (if not empty) while still holding the lock, then exits.
 func holdExternal(t *testing.T, file, mark string, args ...string) *holder {
 	t.Helper()
 	h := startHolder(t, file, mark, args...)
-	if line, err := h.out.ReadString('\n'); line != "locked\n" {
-		t.Fatalf("flock %v %s did not take the lock: %q %v", args, file, line, err)
+	if line := h.line(); line != "locked" {
+		t.Fatalf("flock %v %s did not take the lock: %q (exit %v)", args, file, line, h.c.Err)
 	}
 	return h
 }
@@ -176,41 +175,31 @@ func startHolder(t *testing.T, file, mark string, args ...string) *holder {
 	script := `echo locked; cat >/dev/null; if [ -n "$MARK" ]; then echo released >"$MARK"; fi`
 	cmd := exec.Command("flock", append(append([]string{"-o"}, args...), file, "sh", "-c", script)...)
 	cmd.Env = append(os.Environ(), "MARK="+mark)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h := &holder{t: t, cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
-	t.Cleanup(h.kill)
-	return h
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	return &holder{t: t, c: testutil.StartChild(t, cmd)}
 }
+
+// line waits for the holder's next line of stdout; "" once stdout ended.
+func (h *holder) line() string { return <-h.c.Lines }
+
+// stop closes the holder's stdin: it releases the lock and exits.
+func (h *holder) stop() { h.c.Stdin.Close() }
+
+// wait waits until the holder is reaped.
+func (h *holder) wait() { <-h.c.Done }
 
 // release lets the holder finish and waits for it: the lock is free after.
 func (h *holder) release() {
 	h.t.Helper()
-	h.stdin.Close()
-	if err := h.cmd.Wait(); err != nil {
-		h.t.Fatalf("holder: %v", err)
+	h.stop()
+	h.wait()
+	if h.c.Err != nil {
+		h.t.Fatalf("holder: %v", h.c.Err)
 	}
 }
 
-// kill sends SIGKILL to the holder's whole process group and reaps it.
-func (h *holder) kill() {
-	if h.cmd.ProcessState != nil {
-		return
-	}
-	syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
-	h.cmd.Wait()
-}
+// kill sends SIGKILL to the holder's whole session and reaps it.
+func (h *holder) kill() { h.c.Kill() }
 
 // childrenOf returns the command lines of the live processes whose parent is
 // pid, as reported by /proc.

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/backoff"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -138,7 +139,7 @@ func (l *lease) Convert(ctx context.Context, mode lockmgr.Mode, wait bool) error
 		return nil
 	}
 
-	bo := newBackoff(upgradePollMin, upgradePollMax)
+	bo := backoff.New(upgradePollMin, upgradePollMax)
 	for {
 		granted, err := l.tryUpgrade()
 		if err != nil {
@@ -151,7 +152,7 @@ func (l *lease) Convert(ctx context.Context, mode lockmgr.Mode, wait bool) error
 		if !wait {
 			return l.errorf("convert to %v", lockmgr.ErrWouldBlock, mode)
 		}
-		if err := bo.sleep(ctx, l.b.closeCtx.Done()); err != nil {
+		if err := pollSleep(ctx, bo, l.b.closeCtx.Done()); err != nil {
 			return l.errorf("convert to %v", err, mode)
 		}
 	}

@@ -48,14 +48,8 @@ func (b *Backend) Blocker() string {
 // backingPath returns the path of id's backing file relative to SOURCE, or an
 // error wrapping lockmgr.ErrInvalid if id is malformed.
 func backingPath(id lockmgr.LockID) (string, error) {
-	switch id.Kind {
-	case lockmgr.KindDir, lockmgr.KindNewDir, lockmgr.KindUsage:
-	default:
-		return "", fmt.Errorf("%w: lock kind %v", lockmgr.ErrInvalid, id.Kind)
-	}
-	clean, err := lockmgr.CleanPath(id.Path)
-	if err != nil || clean != id.Path {
-		return "", fmt.Errorf("%w: path %q is not a clean relative path", lockmgr.ErrInvalid, id.Path)
+	if err := id.Check(); err != nil {
+		return "", err
 	}
 	return path.Join(id.Path, BackingName(id.Kind)), nil
 }

@@ -3,11 +3,11 @@ package localbackend
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"os"
 	"syscall"
 	"time"
 
+	"github.com/lockfs/lockfs/internal/backoff"
 	"golang.org/x/sys/unix"
 )
 
@@ -54,11 +54,6 @@ func ignoringEINTR(fn func() error) error {
 	}
 }
 
-// backoff yields jittered, exponentially growing delays between polls.
-type backoff struct {
-	next, max time.Duration
-}
-
 // Polling bounds for an upgrade that has to wait, which may wait on other
 // processes' shared holds for long, and for the token lock, which is held for
 // a few system calls.
@@ -73,22 +68,12 @@ const (
 	turnPollMax = 5 * time.Millisecond
 )
 
-func newBackoff(first, max time.Duration) backoff { return backoff{next: first, max: max} }
-
-// sleep waits for the next delay, a random duration in [d/2, d], then doubles
-// d up to the maximum. It returns early with the error of whichever of ctx
-// and stop ends first.
-func (b *backoff) sleep(ctx context.Context, stop <-chan struct{}) error {
-	d := b.next/2 + rand.N(b.next/2+1)
-	b.next = min(2*b.next, b.max)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-stop:
+// pollSleep waits bo's next delay (internal/backoff), or until ctx ends or
+// the backend closes (errBackendClosed).
+func pollSleep(ctx context.Context, bo *backoff.Backoff, closed <-chan struct{}) error {
+	err := bo.Sleep(ctx, nil, closed)
+	if errors.Is(err, backoff.ErrStopped) {
 		return errBackendClosed
 	}
+	return err
 }

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/backoff"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -67,7 +68,7 @@ func (l *lease) NextToken(ctx context.Context) (uint64, error) {
 		return 0, l.errorf("next token", errors.New("the backing file is read-only to this daemon"))
 	}
 
-	bo := newBackoff(tokenPollMin, tokenPollMax)
+	bo := backoff.New(tokenPollMin, tokenPollMax)
 	for {
 		var (
 			tok    uint64
@@ -98,7 +99,7 @@ func (l *lease) NextToken(ctx context.Context) (uint64, error) {
 		if locked {
 			return tok, nil
 		}
-		if err := bo.sleep(ctx, l.b.closeCtx.Done()); err != nil {
+		if err := pollSleep(ctx, bo, l.b.closeCtx.Done()); err != nil {
 			return 0, l.errorf("next token", err)
 		}
 	}

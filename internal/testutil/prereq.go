@@ -6,12 +6,17 @@ import (
 	"testing"
 )
 
+// InCI reports whether the tests run under CI=true, where a missing
+// prerequisite or an unavailable figure fails instead of being skipped.
+// It is the one place that reads CI.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
 // Missing reports a missing prerequisite (root, a program, FUSE): it fails
 // t under CI=true, where every prerequisite must be there and a skipped
 // test would hide a failure, and skips t elsewhere.
 func Missing(t testing.TB, format string, args ...any) {
 	t.Helper()
-	if os.Getenv("CI") == "true" {
+	if InCI() {
 		t.Fatalf("prerequisite missing under CI=true: "+format, args...)
 	}
 	t.Skipf(format, args...)
