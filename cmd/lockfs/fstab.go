@@ -50,30 +50,9 @@ func optionsToFlags(opts string) (flags []string, logFile string, err error) {
 // "umount MOUNTPOINT" stops the daemon (it releases every lock and exits
 // when the kernel ends the mount).
 func runMountHelper(args []string, stdout, stderr io.Writer) error {
-	var pos []string
-	opts := ""
-	fake := false
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "-o" && i+1 < len(args):
-			i++
-			opts += "," + args[i]
-		case strings.HasPrefix(a, "-o"):
-			opts += "," + a[2:]
-		case a == "-t" && i+1 < len(args):
-			i++
-		case a == "-f":
-			fake = true
-		case a == "-s" || a == "-n" || a == "-v":
-		case strings.HasPrefix(a, "-"):
-			return usagef("unknown argument %q", a)
-		default:
-			pos = append(pos, a)
-		}
-	}
-	if len(pos) != 2 {
-		return usagef("want SOURCE MOUNTPOINT [-o OPTIONS]; got %q", args)
+	pos, opts, fake, err := parseHelperArgs(args)
+	if err != nil {
+		return err
 	}
 	flags, logFile, err := optionsToFlags(opts)
 	if err != nil {
@@ -89,6 +68,41 @@ func runMountHelper(args []string, stdout, stderr io.Writer) error {
 	if logFile == "" {
 		logFile = filepath.Join(LogDir, strings.ReplaceAll(strings.Trim(mountpoint, "/"), "/", "-")+".log")
 	}
+	return startDetached(append(append([]string{"mount"}, flags...), pos[0], mountpoint), mountpoint, logFile)
+}
+
+// parseHelperArgs reads mount(8)'s command line of a helper: SOURCE
+// MOUNTPOINT, the options of every -o, and -f (fake: check, mount nothing).
+func parseHelperArgs(args []string) (pos []string, opts string, fake bool, err error) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "-o" && i+1 < len(args):
+			i++
+			opts += "," + args[i]
+		case strings.HasPrefix(a, "-o"):
+			opts += "," + a[2:]
+		case a == "-t" && i+1 < len(args):
+			i++
+		case a == "-f":
+			fake = true
+		case a == "-s" || a == "-n" || a == "-v":
+		case strings.HasPrefix(a, "-"):
+			return nil, "", false, usagef("unknown argument %q", a)
+		default:
+			pos = append(pos, a)
+		}
+	}
+	if len(pos) != 2 {
+		return nil, "", false, usagef("want SOURCE MOUNTPOINT [-o OPTIONS]; got %q", args)
+	}
+	return pos, opts, fake, nil
+}
+
+// startDetached starts "lockfs ARGS" in a session of its own, logging to
+// logFile, and returns once a lockfs mount is at mountpoint; if the daemon
+// exits first, the error carries what it logged.
+func startDetached(args []string, mountpoint, logFile string) error {
 	if err := os.MkdirAll(filepath.Dir(logFile), 0o755); err != nil {
 		return err
 	}
@@ -107,7 +121,7 @@ func runMountHelper(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer devnull.Close()
-	cmd := exec.Command(self, append(append([]string{"mount"}, flags...), pos[0], mountpoint)...)
+	cmd := exec.Command(self, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
 	// mount(8) runs helpers with a minimal environment; the daemon needs
 	// fusermount3 on PATH.

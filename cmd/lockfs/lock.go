@@ -262,30 +262,35 @@ func parseLockArgs(lf lockFlags, args []string) (lockRequest, error) {
 	if err := lf.etcd.validate(backend, lf.gcs.ttl); err != nil {
 		return r, err
 	}
+	r.target, r.command, err = parseLockCommand(lf.shellCommand, args)
+	return r, err
+}
+
+// parseLockCommand reads TARGET and COMMAND (or the -c command line
+// shellCommand, given before or after TARGET) from args.
+func parseLockCommand(shellCommand string, args []string) (target string, command []string, err error) {
 	if len(args) == 0 {
-		return r, usagef("want TARGET and COMMAND")
+		return "", nil, usagef("want TARGET and COMMAND")
 	}
-	r.target, args = args[0], args[1:]
+	target, args = args[0], args[1:]
 	if len(args) > 0 && args[0] == "--" {
 		args = args[1:]
 	} else if len(args) > 0 && (args[0] == "-c" || args[0] == "--command") {
 		// "TARGET -c 'command line'", as flock(1) takes it.
-		if len(args) != 2 || lf.shellCommand != "" {
-			return r, usagef("%s after TARGET takes one command line", args[0])
+		if len(args) != 2 || shellCommand != "" {
+			return "", nil, usagef("%s after TARGET takes one command line", args[0])
 		}
-		lf.shellCommand, args = args[1], nil
+		shellCommand, args = args[1], nil
 	}
 	switch {
-	case lf.shellCommand != "" && len(args) > 0:
-		return r, usagef("-c and COMMAND exclude each other")
-	case lf.shellCommand != "":
-		r.command = []string{"/bin/sh", "-c", lf.shellCommand}
+	case shellCommand != "" && len(args) > 0:
+		return "", nil, usagef("-c and COMMAND exclude each other")
+	case shellCommand != "":
+		return target, []string{"/bin/sh", "-c", shellCommand}, nil
 	case len(args) == 0:
-		return r, usagef("want COMMAND after TARGET (or -c 'command line')")
-	default:
-		r.command = args
+		return "", nil, usagef("want COMMAND after TARGET (or -c 'command line')")
 	}
-	return r, nil
+	return target, args, nil
 }
 
 // heldLock is a lock taken for COMMAND.

@@ -39,17 +39,7 @@ func runUnderLock(h heldLock, lockName string, command []string, killAfter time.
 		}
 		return lockExitNotExec
 	}
-	cmd := exec.Command(path, command[1:]...)
-	cmd.Args[0] = command[0]
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), "LOCKFS_TOKEN="+strconv.FormatUint(h.token(), 10), "LOCKFS_LOCK="+lockName)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	tty := foregroundTTY()
-	if tty >= 0 {
-		cmd.SysProcAttr.Foreground = true
-		cmd.SysProcAttr.Ctty = tty
-	}
-
+	cmd, tty := commandUnderLock(path, command, h.token(), lockName)
 	started := make(chan error, 1)
 	exited := make(chan error, 1)
 	go func() {
@@ -117,6 +107,23 @@ func runUnderLock(h heldLock, lockName string, command []string, killAfter time.
 			kill = nil
 		}
 	}
+}
+
+// commandUnderLock is COMMAND (found at path) with lockfs lock's stdio,
+// LOCKFS_TOKEN and LOCKFS_LOCK, in a process group of its own that is the
+// terminal's foreground group if lockfs lock's is (tty, else -1).
+func commandUnderLock(path string, command []string, token uint64, lockName string) (cmd *exec.Cmd, tty int) {
+	cmd = exec.Command(path, command[1:]...)
+	cmd.Args[0] = command[0]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), "LOCKFS_TOKEN="+strconv.FormatUint(token, 10), "LOCKFS_LOCK="+lockName)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	tty = foregroundTTY()
+	if tty >= 0 {
+		cmd.SysProcAttr.Foreground = true
+		cmd.SysProcAttr.Ctty = tty
+	}
+	return cmd, tty
 }
 
 // exitStatus is the status a shell would report for COMMAND's end.
