@@ -12,7 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/clock"
 )
 
 // Defaults.
@@ -221,36 +222,12 @@ func (c Config) vouch(granted time.Duration) time.Duration {
 	return min(c.TTL, granted-max(c.LockDelay, 0)) - c.Margin
 }
 
-// Clock is a monotonic clock. The session's validity is measured with it.
-type Clock interface {
-	// Now returns the time elapsed since a fixed, arbitrary origin. It
-	// never goes backwards.
-	Now() time.Duration
-	// Timer returns a channel that is closed once d has passed on this
-	// clock, and a function that releases the timer if it has not fired.
-	Timer(d time.Duration) (c <-chan struct{}, stop func())
-}
+// Clock is the monotonic clock the backend measures its sessions with
+// (internal/clock).
+type Clock = clock.Clock
 
-// BootClock is the host's CLOCK_BOOTTIME: monotonic, and counting time
-// spent in suspend. Its timers are Go timers, which may fire late after a
-// suspend; the backend checks Now before vouching.
-type BootClock struct{}
-
-// Now reads CLOCK_BOOTTIME.
-func (BootClock) Now() time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
-		panic("etcdbackend: clock_gettime(CLOCK_BOOTTIME): " + err.Error())
-	}
-	return time.Duration(ts.Nano())
-}
-
-// Timer is a Go timer.
-func (BootClock) Timer(d time.Duration) (<-chan struct{}, func()) {
-	c := make(chan struct{})
-	t := time.AfterFunc(d, func() { close(c) })
-	return c, func() { t.Stop() }
-}
+// BootClock is the host's CLOCK_BOOTTIME, the default Clock.
+type BootClock = clock.Boot
 
 // randomHex returns n random bytes in hex.
 func randomHex(n int) string {

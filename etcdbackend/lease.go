@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockfs/lockfs/internal/leaseend"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -28,29 +28,20 @@ type lease struct {
 	c *ownClaim
 
 	// Constant data
-	sess       *session
-	lostc      chan struct{} // closed once the lease is lost
-	contendedc chan struct{} // closed once another host waits for the claim
-
-	// Mutable state
-	mu sync.Mutex
-	// released is set once Release began. GUARDED_BY(mu)
-	released bool
-	// lostErr wraps lockmgr.ErrLeaseLost once the lease is lost.
-	// INVARIANT: lostErr != nil iff lostc is closed. GUARDED_BY(mu)
-	lostErr error
-	// contended: contendedc is closed. GUARDED_BY(mu)
-	contended bool
+	sess *session
+	// End is the lease's end: lost or released, and contended once
+	// another host waits for the claim. It gives the lease Done and
+	// Contended (each channel made when first asked for).
+	leaseend.End
 }
 
 // newLeaseLocked makes the lease over c, whose key is in place. Called
 // with b.mu held.
 func (b *Backend) newLeaseLocked(c *ownClaim) *lease {
-	l := &lease{b: b, c: c, sess: c.sess, lostc: make(chan struct{}), contendedc: make(chan struct{})}
+	l := &lease{b: b, c: c, sess: c.sess}
 	c.lease = l
 	if b.wantedLocked(c) {
-		l.contended = true
-		close(l.contendedc)
+		l.Contend()
 	}
 	return l
 }
@@ -65,75 +56,47 @@ func (l *lease) Mode() lockmgr.Mode {
 	return l.c.mode
 }
 
-// Done returns a channel closed when the lease is lost.
-func (l *lease) Done() <-chan struct{} { return l.lostc }
-
-// Contended returns a channel closed once another host waits for this
-// claim (its want key was seen): the engine then gives the lease up after
-// the holds running now.
-func (l *lease) Contended() <-chan struct{} { return l.contendedc }
-
-func (l *lease) contend() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.contended {
-		l.contended = true
-		close(l.contendedc)
-	}
-}
+// Contended (leaseend.End) closes once another host waits for this claim
+// (its want key was seen): the engine then gives the lease up after the
+// holds running now.
 
 // Err returns why the lease was lost (wrapping lockmgr.ErrLeaseLost), or
 // nil. It checks the session's validity on the clock, so a lease whose
 // keeper could not run reads as lost as soon as it is.
 func (l *lease) Err() error {
 	l.check()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lostErr
+	return l.Lost()
 }
 
 // check loses the session if its validity has ended.
 func (l *lease) check() {
 	if err := l.sess.check(l.b.clock.Now()); err != nil {
 		l.b.loseSession(l.sess, err)
-		l.lose(fmt.Errorf("%w: %w", lockmgr.ErrLeaseLost, err))
+		l.lose(err)
 	}
 }
 
 // lose marks the lease lost, once.
 func (l *lease) lose(cause error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.lostErr != nil || l.released {
+	lost, _ := l.Lose(l.c.id, cause)
+	if lost == nil {
 		return
 	}
-	l.lostErr = fmt.Errorf("%s: %w", l.c.id, cause)
-	close(l.lostc)
 	l.b.stats.losses.Add(1)
-	l.b.log.WithError(cause).WithField("lock", l.c.id.String()).Warn("lease lost")
+	l.b.log.WithError(lost).WithField("lock", l.c.id.String()).Warn("lease lost")
 }
 
 // usable returns the lease's error if it cannot be used: lost, or released.
 func (l *lease) usable() error {
 	l.check()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.lostErr != nil:
-		return l.lostErr
-	case l.released:
-		return fmt.Errorf("%s: %w", l.c.id, lockmgr.ErrNotHeld)
-	}
-	return nil
+	return l.Usable(l.c.id)
 }
 
 // Describe shows the lease in status output, e.g.
 // "etcd exclusive rev=1234 session=694d7e5c2a1f0b03 valid 21.3s".
 func (l *lease) Describe() string {
 	l.check()
-	l.mu.Lock()
-	lost, released := l.lostErr, l.released
-	l.mu.Unlock()
+	lost, released := l.State()
 	switch {
 	case lost != nil:
 		return "etcd lost: " + lost.Error()
@@ -251,14 +214,10 @@ func (l *lease) NextToken(ctx context.Context) (uint64, error) {
 // (one request). A warm key is dropped once idle for WarmFor, or as soon
 // as another host's want for it is seen.
 func (l *lease) Release(ctx context.Context) error {
-	l.mu.Lock()
-	if l.released {
-		l.mu.Unlock()
+	first, lost := l.End.Release()
+	if !first {
 		return nil
 	}
-	l.released = true
-	lost := l.lostErr != nil
-	l.mu.Unlock()
 	b := l.b
 	if err := b.enter(); err != nil {
 		return nil // Close revokes the session, and every key with it
@@ -277,9 +236,7 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	c.idleSince = b.clock.Now()
 	b.mu.Unlock()
-	l.mu.Lock()
-	contended := l.contended
-	l.mu.Unlock()
+	contended := l.IsContended()
 	b.mu.Lock()
 	drop := !lost && !c.gone && (b.cfg.WarmFor < 0 || contended || b.wantedLocked(c))
 	b.mu.Unlock()

@@ -3,15 +3,12 @@ package etcdbackend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/lockfs/lockfs/lockmgr"
 )
 
 // errExpired: no keep-alive was answered for the session's whole validity.
@@ -227,7 +224,7 @@ func (b *Backend) loseSession(s *session, cause error) {
 	b.stats.sessionsLost.Add(1)
 	b.log.WithError(cause).WithField("session", s.sid).Error("etcd session lost: every lock of this host is lost")
 	for _, l := range lost {
-		l.lose(fmt.Errorf("%w: %w", lockmgr.ErrLeaseLost, cause))
+		l.lose(cause)
 	}
 	b.goWorker(func() { b.revokeLost(s) })
 }

@@ -152,7 +152,7 @@ func (b *Backend) noticeWant(s *session, w want) {
 	}
 	b.mu.Unlock()
 	for _, l := range held {
-		l.contend()
+		l.Contend()
 	}
 	for _, c := range drop {
 		b.dropLater(c)

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lockfs/lockfs/internal/leaseend"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -31,43 +31,22 @@ type lease struct {
 	b *Backend
 	r *ownRec
 
-	// Mutable state
-	mu sync.Mutex
-	// lostc (Done) is closed once the lease is lost, contendc (Contended)
-	// once another host is known to wait for it. Each is made when first
-	// asked for: a host holding many locks asks for neither on most
-	// (the engine is called back through OnLost), and two channels are
-	// about 0.2 KiB per held lock. GUARDED_BY(mu)
-	lostc, contendc chan struct{}
-	// contended: another host is known to wait for the record.
-	// INVARIANT: contendc, once made, is closed iff contended. GUARDED_BY(mu)
-	contended bool
-	// released is set once Release (or Close) began. GUARDED_BY(mu)
-	released bool
-	// lostErr wraps lockmgr.ErrLeaseLost once the lease is lost.
-	// INVARIANT: lostc, once made, is closed iff lostErr != nil. GUARDED_BY(mu)
-	lostErr error
-	// onLost is called once the lease is lost (OnLost). GUARDED_BY(mu)
-	onLost func()
+	// End is the lease's end: lost or released (by Release or Close),
+	// and contended once another host is known to wait for it. It gives
+	// the lease Done and Contended (each channel made when first asked
+	// for), and keeps OnLost's function.
+	leaseend.End
 }
 
 // OnLost implements lockmgr.LossNotifier: f is called in a goroutine of
 // its own when the lease is lost, so that the engine needs no goroutine
 // per lease waiting on Done.
 func (l *lease) OnLost(f func()) (stop func()) {
-	l.mu.Lock()
-	if l.lostErr != nil {
-		l.mu.Unlock()
+	lost, stop := l.End.OnLost(f)
+	if lost {
 		l.b.notify(f)
-		return func() {}
 	}
-	l.onLost = f
-	l.mu.Unlock()
-	return func() {
-		l.mu.Lock()
-		l.onLost = nil
-		l.mu.Unlock()
-	}
+	return stop
 }
 
 // notify runs f in a goroutine of its own, counted in workers unless the
@@ -104,35 +83,17 @@ func (b *Backend) newLease(r *ownRec) *lease {
 	return l
 }
 
-// Contended returns a channel closed once this host has learned that
-// another host waits for the record (its want was listed, within about a
-// WantPoll of its asking): the engine then stops handing the lock to
-// local requests and releases it when the holds running end, and the
-// record is dropped, not kept warm.
-func (l *lease) Contended() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.contendc == nil {
-		l.contendc = make(chan struct{})
-		if l.contended {
-			close(l.contendc)
-		}
-	}
-	return l.contendc
-}
+// Contended (leaseend.End) closes once this host has learned that another
+// host waits for the record (its want was listed, within about a WantPoll
+// of its asking): the engine then stops handing the lock to local
+// requests and releases it when the holds running end, and the record is
+// dropped, not kept warm.
 
 // contend marks the lease contended (closing Contended's channel), once.
 func (l *lease) contend() {
-	l.mu.Lock()
-	if l.contended {
-		l.mu.Unlock()
+	if !l.Contend() {
 		return
 	}
-	l.contended = true
-	if l.contendc != nil {
-		close(l.contendc)
-	}
-	l.mu.Unlock()
 	l.b.stats.contended.Add(1)
 	l.b.log.WithField("lock", l.r.id.String()).Debug("another host waits for a held lock: giving it up after the holds running")
 }
@@ -147,28 +108,15 @@ func (l *lease) Mode() lockmgr.Mode {
 	return l.r.mode
 }
 
-// Done returns a channel closed when the lease is lost: the session lapsed
-// or was declared dead, or the record was removed.
-func (l *lease) Done() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.lostc == nil {
-		l.lostc = make(chan struct{})
-		if l.lostErr != nil {
-			close(l.lostc)
-		}
-	}
-	return l.lostc
-}
+// Done (leaseend.End) closes when the lease is lost: the session lapsed or
+// was declared dead, or the record was removed.
 
 // Err returns why the lease was lost (wrapping lockmgr.ErrLeaseLost), or
 // nil. It checks the session's validity on the clock, so a lease whose
 // heartbeater could not run reads as lost as soon as it is.
 func (l *lease) Err() error {
 	l.check()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lostErr
+	return l.Lost()
 }
 
 // check loses the lease if its session's validity has ended.
@@ -183,9 +131,7 @@ func (l *lease) check() {
 // "gcs exclusive epoch=4 session=web-1.8a2f... valid 21.3s".
 func (l *lease) Describe() string {
 	l.check()
-	l.mu.Lock()
-	lost, released := l.lostErr, l.released
-	l.mu.Unlock()
+	lost, released := l.State()
 	switch {
 	case lost != nil:
 		return "gcs lost: " + lost.Error()
@@ -202,46 +148,23 @@ func (l *lease) Describe() string {
 // lose marks the lease lost, once, and calls its OnLost function. The
 // caller holds no lock of the backend's.
 func (l *lease) lose(cause error) {
-	l.mu.Lock()
-	if l.lostErr != nil || l.released {
-		l.mu.Unlock()
+	lost, f := l.Lose(l.r.id, cause)
+	if lost == nil {
 		return
 	}
-	if !errors.Is(cause, lockmgr.ErrLeaseLost) {
-		cause = fmt.Errorf("%w: %w", lockmgr.ErrLeaseLost, cause)
-	}
-	l.lostErr = fmt.Errorf("%s: %w", l.r.id, cause)
-	if l.lostc != nil {
-		close(l.lostc)
-	}
-	f := l.onLost
-	l.onLost = nil
-	l.mu.Unlock()
 	l.b.stats.losses.Add(1)
-	l.b.log.WithError(cause).WithFields(logrus.Fields{"lock": l.r.id.String()}).Warn("lease lost")
+	l.b.log.WithError(lost).WithFields(logrus.Fields{"lock": l.r.id.String()}).Warn("lease lost")
 	if f != nil {
 		l.b.notify(f)
 	}
 }
 
-func (l *lease) markReleased() {
-	l.mu.Lock()
-	l.released = true
-	l.mu.Unlock()
-}
+func (l *lease) markReleased() { l.End.Release() }
 
 // usable returns the lease's error if it cannot be used: lost, or released.
 func (l *lease) usable() error {
 	l.check()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.lostErr != nil:
-		return l.lostErr
-	case l.released:
-		return fmt.Errorf("%s: %w", l.r.id, lockmgr.ErrNotHeld)
-	}
-	return nil
+	return l.Usable(l.r.id)
 }
 
 // Convert changes the record's mode. A downgrade is one write. An upgrade
@@ -334,14 +257,10 @@ func (l *lease) NextToken(ctx context.Context) (uint64, error) {
 // conditional write). A warm record is dropped once idle for WarmFor, or
 // as soon as another host asks for it.
 func (l *lease) Release(ctx context.Context) error {
-	l.mu.Lock()
-	if l.released {
-		l.mu.Unlock()
+	first, lost := l.End.Release()
+	if !first {
 		return nil
 	}
-	l.released = true
-	lost := l.lostErr != nil
-	l.mu.Unlock()
 	if err := l.b.enter(); err != nil {
 		return nil // Close drops every record
 	}
