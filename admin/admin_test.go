@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/localbackend"
 	"github.com/lockfs/lockfs/lockmgr"
@@ -42,7 +43,7 @@ func newServerSrc(t *testing.T) (*lockmgr.Engine, string, chan lockmgr.LostHold,
 	if err != nil {
 		t.Fatal(err)
 	}
-	procs, err := lockmgr.NewProcTree(lockmgr.ProcTreeConfig{})
+	procs, err := procinfo.NewTree(procinfo.TreeConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

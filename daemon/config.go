@@ -61,7 +61,7 @@ type Config struct {
 	// The engine
 
 	// Processes resolves thread ids to processes. Nil: /proc
-	// (lockmgr.NewProcTree).
+	// (procinfo.NewTree).
 	Processes lockmgr.ProcessTree
 	// Host names this daemon in status output. Default: the backend's
 	// host id (gcs, etcd), else the hostname.

@@ -25,6 +25,7 @@ import (
 	"github.com/lockfs/lockfs/admin"
 	"github.com/lockfs/lockfs/fs"
 	"github.com/lockfs/lockfs/internal/logs"
+	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/lockmgr"
 	"github.com/lockfs/lockfs/metrics"
 )
@@ -91,7 +92,7 @@ func Start(cfg Config) (_ *Daemon, err error) {
 	}
 	procs := cfg.Processes
 	if procs == nil {
-		pt, err := lockmgr.NewProcTree(lockmgr.ProcTreeConfig{})
+		pt, err := procinfo.NewTree(procinfo.TreeConfig{})
 		if err != nil {
 			bb.b.Close()
 			return nil, err

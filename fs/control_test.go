@@ -18,6 +18,7 @@ import (
 	fusefs "bazil.org/fuse/fs"
 	"github.com/sirupsen/logrus"
 
+	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/localbackend"
 	"github.com/lockfs/lockfs/lockmgr"
@@ -109,7 +110,7 @@ func newCtlMountAt(t *testing.T, src string, config func(*FS) *fusefs.Config) *c
 	if err != nil {
 		t.Fatal(err)
 	}
-	procs, err := lockmgr.NewProcTree(lockmgr.ProcTreeConfig{})
+	procs, err := procinfo.NewTree(procinfo.TreeConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,12 @@
 package fs
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"bazil.org/fuse"
@@ -17,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -392,7 +390,7 @@ func (n *controlNode) permit(ctx context.Context, call lockCall) error {
 	switch {
 	case call.uid == a.Uid:
 		bits = perm >> 6
-	case call.gid == a.Gid || inGroups(call.tid, a.Gid):
+	case call.gid == a.Gid || procinfo.InGroups("", call.tid, a.Gid):
 		bits = perm >> 3
 	default:
 		bits = perm
@@ -402,30 +400,6 @@ func (n *controlNode) permit(ctx context.Context, call lockCall) error {
 			call.mode, map[uint32]string{4: "read", 2: "write"}[need], call.id.Path, errPermission)
 	}
 	return nil
-}
-
-// inGroups reports whether gid is among the supplementary groups of thread
-// tid, as /proc/TID/status lists them. A thread that is gone has none.
-func inGroups(tid int, gid uint32) bool {
-	f, err := os.Open("/proc/" + strconv.Itoa(tid) + "/status")
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "Groups:")
-		if !ok {
-			continue
-		}
-		for _, g := range strings.Fields(rest) {
-			if v, err := strconv.ParseUint(g, 10, 32); err == nil && uint32(v) == gid {
-				return true
-			}
-		}
-		return false
-	}
-	return false
 }
 
 // lockErrno maps an error of a lock call to the errno the caller sees

@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/localbackend"
 	"github.com/lockfs/lockfs/lockmgr"
@@ -139,7 +140,7 @@ func newPTMountAt(t testing.TB, src, mnt string, opts ...func(*Config)) *ptMount
 	if err != nil {
 		t.Fatal(err)
 	}
-	procs, err := lockmgr.NewProcTree(lockmgr.ProcTreeConfig{})
+	procs, err := procinfo.NewTree(procinfo.TreeConfig{})
 	if err != nil {
 		be.Close()
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lockfs/lockfs/internal/backoff"
+	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -244,12 +245,7 @@ func turnOf(pid int, locks []lockLine) turn {
 			return turnDone
 		}
 	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return turnDone
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' {
+	if procinfo.Exited("", pid) {
 		return turnDone
 	}
 	return turnWoken

@@ -134,7 +134,7 @@ func (t *fakeTree) descriptorsLocked(ino uint64, known func(pid int) bool) [][]P
 		}
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i].id < ds[j].id })
-	// As ProcTree.Descriptors: a known process with one descriptor of
+	// As procinfo.Tree.Descriptors: a known process with one descriptor of
 	// the file is a group of its own, without comparing descriptions.
 	perPID := map[int]int{}
 	for _, d := range ds {

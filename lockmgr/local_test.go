@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/localbackend"
 	"github.com/lockfs/lockfs/lockmgr"
@@ -35,7 +36,7 @@ func newLocalEngineWith(t *testing.T, src string, cfg lockmgr.Config) *lockmgr.E
 	if err != nil {
 		t.Fatal(err)
 	}
-	procs, err := lockmgr.NewProcTree(lockmgr.ProcTreeConfig{})
+	procs, err := procinfo.NewTree(procinfo.TreeConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

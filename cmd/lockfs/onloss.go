@@ -77,9 +77,9 @@ func lossHandler(sig syscall.Signal, controlPath func(lockmgr.LockID) string, lo
 			log.Warn("lock lost; its holder is unknown: nobody signalled")
 			return
 		}
-		holds, err := hasOpen(pid, controlPath(l.Lock))
+		holds, err := procinfo.HasOpen("", pid, controlPath(l.Lock))
 		switch {
-		case err != nil && !threadOf(l.Holder.TID, pid):
+		case err != nil && !procinfo.ThreadOf("", l.Holder.TID, pid):
 			log.WithField("error_proc", err.Error()).Warn("lock lost; its holder is gone, or its descriptors cannot be read and it is not the process that took the lock: nobody signalled")
 			return
 		case err == nil && !holds:
@@ -116,32 +116,6 @@ func descendants(pid, skip int) []int {
 		}
 	}
 	return out
-}
-
-// hasOpen reports whether process pid has a descriptor open on path. An
-// error means its descriptors could not be read (it is gone, or /proc
-// hides them).
-func hasOpen(pid int, path string) (bool, error) {
-	dir := fmt.Sprintf("/proc/%d/fd", pid)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return false, err
-	}
-	for _, e := range ents {
-		if target, err := os.Readlink(dir + "/" + e.Name()); err == nil && target == path {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// threadOf reports whether thread tid runs in process pid.
-func threadOf(tid, pid int) bool {
-	if tid <= 0 {
-		return false
-	}
-	_, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", pid, tid))
-	return err == nil
 }
 
 // controlPath returns the function that names a lock's control file under

@@ -50,7 +50,7 @@ func startCaller(t *testing.T, file string) (*exec.Cmd, *bufio.Reader, int) {
 			return false
 		}
 		holder = kids[0]
-		ok, _ := hasOpen(holder, file)
+		ok, _ := procinfo.HasOpen("", holder, file)
 		return ok && len(procinfo.Children("", holder)) == 1
 	})
 	return cmd, bufio.NewReader(out), holder

@@ -1,9 +1,15 @@
-// Package procinfo reads what /proc says about a process, for people: its
-// command line, and for a lock wrapper (flock(1), `lockfs lock`) the
-// command it runs. lockfs shows these in `lockfs status` and in the
-// daemon's log lines about waits and refusals. Everything here is best
-// effort: a process that is gone, or a /proc that hides it, gives empty
-// fields, never an error.
+// Package procinfo reads what /proc says about processes; no other package
+// of lockfs reads a process's /proc entries or calls kcmp(2).
+//
+// For the engine, Tree (tree.go, tree_watch.go) is the process tree
+// lockmgr asks through its ProcessTree and ProcessWatcher interfaces: a
+// thread's lineage, when a process exits, and who holds a descriptor of a
+// control file. For people, Describe gives a process's command line, and
+// for a lock wrapper (flock(1), `lockfs lock`) the command it runs; lockfs
+// shows these in `lockfs status` and in the daemon's log lines about waits
+// and refusals. Describe is best effort: a process that is gone, or a
+// /proc that hides it, gives empty fields, never an error. "Has it
+// exited" has one answer (stat.exited), which Exited and Tree.Alive give.
 package procinfo
 
 import (
@@ -164,14 +170,9 @@ func escape(s string) string {
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) }
 
-// pfExiting is the kernel's PF_EXITING task flag (include/linux/sched.h):
-// set as a task starts to exit, before it closes its files.
-const pfExiting = 0x4
-
 // Exited reports whether process (or thread) pid has exited or is exiting:
-// it is gone from /proc, a zombie, or flagged PF_EXITING. The kernel closes
-// an exiting process's files, and so releases its locks, before its parent
-// reaps it, while /proc still shows it.
+// it is gone from /proc, or its stat line says so (stat.exited, the answer
+// Tree.Alive gives too).
 func Exited(root string, pid int) bool {
 	if root == "" {
 		root = Root
@@ -187,17 +188,6 @@ func exitedStat(b []byte, err error) bool {
 	if err != nil {
 		return os.IsNotExist(err) || errors.Is(err, syscall.ESRCH)
 	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 7 {
-		return false
-	}
-	if f[0] == "Z" || f[0] == "X" || f[0] == "x" {
-		return true
-	}
-	flags, err := strconv.ParseUint(f[6], 10, 64)
-	return err == nil && flags&pfExiting != 0
+	st, err := parseStat(b)
+	return err == nil && st.exited()
 }

@@ -1,4 +1,4 @@
-package lockmgr
+package procinfo
 
 import (
 	"cmp"
@@ -15,6 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lockfs/lockfs/internal/testutil"
+
+	"github.com/lockfs/lockfs/lockmgr"
 )
 
 // startSleeper runs sleep in a session of its own with files as its
@@ -34,7 +36,7 @@ func startSleeper(t *testing.T, files ...*os.File) *exec.Cmd {
 	return cmd
 }
 
-func procID(t *testing.T, tree *ProcTree, pid int) ProcID {
+func procID(t *testing.T, tree *Tree, pid int) lockmgr.ProcID {
 	t.Helper()
 	l, err := tree.Lineage(pid)
 	if err != nil {
@@ -47,7 +49,7 @@ func procID(t *testing.T, tree *ProcTree, pid int) ProcID {
 // its context ends (control: it does not return while the process lives).
 func TestWaitExit(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	tree, err := NewProcTree(ProcTreeConfig{})
+	tree, err := NewTree(TreeConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +97,7 @@ func TestWaitExit(t *testing.T) {
 // another. (kcmp needs ptrace access: the test runs the helpers as its own
 // user.)
 func TestDescriptors(t *testing.T) {
-	tree, err := NewProcTree(ProcTreeConfig{})
+	tree, err := NewTree(TreeConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +133,7 @@ func TestDescriptors(t *testing.T) {
 	got := canonGroups(found[st.Ino])
 	pair := []int{c1.Process.Pid, c2.Process.Pid}
 	slices.Sort(pair)
-	want := canonGroups([][]ProcID{{{PID: pair[0]}, {PID: pair[1]}}, {{PID: c3.Process.Pid}}})
+	want := canonGroups([][]lockmgr.ProcID{{{PID: pair[0]}, {PID: pair[1]}}, {{PID: c3.Process.Pid}}})
 	if !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("groups %v, want %v", got, want)
 	}
@@ -150,7 +152,7 @@ func TestDescriptors(t *testing.T) {
 // compared (its process gone) is a group of its own.
 func TestGroupDescriptorsSortsByDescription(t *testing.T) {
 	const n = 10_000
-	heir, child := ProcID{PID: 100, Start: 1}, ProcID{PID: 200, Start: 1}
+	heir, child := lockmgr.ProcID{PID: 100, Start: 1}, lockmgr.ProcID{PID: 200, Start: 1}
 	var cands []fdRef
 	for fd := 3; fd < 3+n; fd++ {
 		cands = append(cands, fdRef{p: heir, fd: fd})
@@ -193,7 +195,7 @@ func TestGroupDescriptorsSortsByDescription(t *testing.T) {
 
 	// A descriptor whose process is gone cannot be compared: a group of
 	// its own; the others are grouped as before.
-	gone := ProcID{PID: 300, Start: 1}
+	gone := lockmgr.ProcID{PID: 300, Start: 1}
 	failing := func(a, b fdRef) (int, error) {
 		if a.p == gone || b.p == gone {
 			return 0, unix.ESRCH
@@ -209,12 +211,12 @@ func TestGroupDescriptorsSortsByDescription(t *testing.T) {
 
 // groupPairwise is the grouping before sorting, kept for the control:
 // each descriptor compared with the first of every group found so far.
-func groupPairwise(cands []fdRef, alone func(pid int) bool, same func(a, b fdRef) bool) [][]ProcID {
-	var out [][]ProcID
+func groupPairwise(cands []fdRef, alone func(pid int) bool, same func(a, b fdRef) bool) [][]lockmgr.ProcID {
+	var out [][]lockmgr.ProcID
 	var groups [][]fdRef
 	for _, c := range cands {
 		if alone(c.p.PID) {
-			out = append(out, []ProcID{c.p})
+			out = append(out, []lockmgr.ProcID{c.p})
 			continue
 		}
 		placed := false
@@ -230,7 +232,7 @@ func groupPairwise(cands []fdRef, alone func(pid int) bool, same func(a, b fdRef
 		}
 	}
 	for _, g := range groups {
-		var procs []ProcID
+		var procs []lockmgr.ProcID
 		for _, r := range g {
 			if !slices.Contains(procs, r.p) {
 				procs = append(procs, r.p)
@@ -242,7 +244,7 @@ func groupPairwise(cands []fdRef, alone func(pid int) bool, same func(a, b fdRef
 }
 
 // canonGroups returns groups as sorted pid lists, sorted.
-func canonGroups(groups [][]ProcID) [][]int {
+func canonGroups(groups [][]lockmgr.ProcID) [][]int {
 	var out [][]int
 	for _, g := range groups {
 		var pids []int

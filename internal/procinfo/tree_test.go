@@ -1,4 +1,4 @@
-package lockmgr
+package procinfo
 
 import (
 	"errors"
@@ -14,29 +14,31 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/lockmgr"
 )
 
-// newRealProcTree returns a ProcTree over the system's /proc.
-func newRealProcTree(t testing.TB) *ProcTree {
+// newRealProcTree returns a Tree over the system's /proc.
+func newRealProcTree(t testing.TB) *Tree {
 	t.Helper()
-	tree, err := NewProcTree(ProcTreeConfig{})
+	tree, err := NewTree(TreeConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tree
 }
 
-// selfProcID reads our own process's ProcID straight from /proc.
-func selfProcID(t testing.TB, tree *ProcTree) ProcID {
+// selfProcID reads our own process's lockmgr.ProcID straight from /proc.
+func selfProcID(t testing.TB, tree *Tree) lockmgr.ProcID {
 	t.Helper()
-	_, start, err := tree.readStat(os.Getpid())
+	st, err := tree.readStat(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ProcID{PID: os.Getpid(), Start: start}
+	return lockmgr.ProcID{PID: os.Getpid(), Start: st.start}
 }
 
-func pids(l Lineage) []int {
+func pids(l lockmgr.Lineage) []int {
 	var out []int
 	for _, p := range l {
 		out = append(out, p.PID)
@@ -82,7 +84,7 @@ func TestProcTreeLineageOfOtherThread(t *testing.T) {
 	}
 	type result struct {
 		tid int
-		l   Lineage
+		l   lockmgr.Lineage
 		err error
 	}
 	// Two goroutines locked to their threads at once hold two threads, so
@@ -123,7 +125,7 @@ func TestProcTreeLineageOfOtherThread(t *testing.T) {
 
 func TestProcTreeChildProcess(t *testing.T) {
 	// Read /proc on every call: this test is about a thread that is gone.
-	tree, err := NewProcTree(ProcTreeConfig{RecheckAfter: -1})
+	tree, err := NewTree(TreeConfig{RecheckAfter: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,19 +182,19 @@ func TestProcTreeChildProcess(t *testing.T) {
 }
 
 // waitForState polls until pid's /proc/PID/stat shows state.
-func waitForState(t *testing.T, tree *ProcTree, pid int, want byte) {
+func waitForState(t *testing.T, tree *Tree, pid int, want byte) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		state, _, err := tree.readStat(pid)
+		st, err := tree.readStat(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if state == want {
+		if st.state == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pid %d in state %c, want %c", pid, state, want)
+			t.Fatalf("pid %d in state %c, want %c", pid, st.state, want)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -268,7 +270,7 @@ func (p fakeProc) write(t *testing.T, root string) {
 
 // newFakeProcTree writes procs under a temporary ProcRoot and returns a tree
 // reading it.
-func newFakeProcTree(t *testing.T, procs ...fakeProc) (*ProcTree, string) {
+func newFakeProcTree(t *testing.T, procs ...fakeProc) (*Tree, string) {
 	t.Helper()
 	root := t.TempDir()
 	for _, p := range procs {
@@ -276,7 +278,7 @@ func newFakeProcTree(t *testing.T, procs ...fakeProc) (*ProcTree, string) {
 	}
 	// Every call reads the thread's start time: these tests are about
 	// that validation.
-	tree, err := NewProcTree(ProcTreeConfig{ProcRoot: root, CacheSize: 16, RecheckAfter: -1})
+	tree, err := NewTree(TreeConfig{ProcRoot: root, CacheSize: 16, RecheckAfter: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +295,7 @@ func TestProcTreeFakeLineage(t *testing.T) {
 	app := fakeProc{tid: 100, ppid: 50, comm: "app", start: 500}
 	worker := fakeProc{tid: 101, tgid: 100, ppid: 50, comm: "worker", start: 600}
 	tree, _ := newFakeProcTree(t, fakeInit, fakeShell, app, worker)
-	want := Lineage{{100, 500}, {50, 100}, {1, 1}}
+	want := lockmgr.Lineage{{PID: 100, Start: 500}, {PID: 50, Start: 100}, {PID: 1, Start: 1}}
 	for _, tid := range []int{100, 101, 101} { // the second 101 is a cache hit
 		l, err := tree.Lineage(tid)
 		if err != nil {
@@ -314,7 +316,7 @@ func TestProcTreePidReuse(t *testing.T) {
 	app := fakeProc{tid: 100, ppid: 50, comm: "app", start: 500}
 	worker := fakeProc{tid: 101, tgid: 100, ppid: 50, comm: "worker", start: 600}
 	tree, root := newFakeProcTree(t, fakeInit, fakeShell, other, app, worker)
-	check := func(tid int, want Lineage) {
+	check := func(tid int, want lockmgr.Lineage) {
 		t.Helper()
 		l, err := tree.Lineage(tid)
 		if err != nil {
@@ -324,7 +326,7 @@ func TestProcTreePidReuse(t *testing.T) {
 			t.Errorf("Lineage(%d) = %v, want %v", tid, l, want)
 		}
 	}
-	first := Lineage{{100, 500}, {50, 100}, {1, 1}}
+	first := lockmgr.Lineage{{PID: 100, Start: 500}, {PID: 50, Start: 100}, {PID: 1, Start: 1}}
 	check(100, first)
 	check(101, first)
 
@@ -347,12 +349,12 @@ func TestProcTreePidReuse(t *testing.T) {
 	reused.start, reusedWorker.start = 900, 950
 	reused.write(t, root)
 	reusedWorker.write(t, root)
-	check(100, Lineage{{100, 900}, {60, 200}, {1, 1}})
-	check(101, Lineage{{60, 200}, {1, 1}})
-	if tree.Alive(ProcID{100, 500}) {
+	check(100, lockmgr.Lineage{{PID: 100, Start: 900}, {PID: 60, Start: 200}, {PID: 1, Start: 1}})
+	check(101, lockmgr.Lineage{{PID: 60, Start: 200}, {PID: 1, Start: 1}})
+	if tree.Alive(lockmgr.ProcID{PID: 100, Start: 500}) {
 		t.Error("Alive(old 100) = true after its pid was reused")
 	}
-	if !tree.Alive(ProcID{100, 900}) {
+	if !tree.Alive(lockmgr.ProcID{PID: 100, Start: 900}) {
 		t.Error("Alive(new 100) = false")
 	}
 }
@@ -368,7 +370,7 @@ func TestProcTreeReusedParentPid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Lineage{{100, 500}}); !slices.Equal(l, want) {
+	if want := (lockmgr.Lineage{{PID: 100, Start: 500}}); !slices.Equal(l, want) {
 		t.Errorf("Lineage(100) = %v, want %v", l, want)
 	}
 	fakeShell.write(t, root)
@@ -376,7 +378,7 @@ func TestProcTreeReusedParentPid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Lineage{{100, 500}, {50, 100}, {1, 1}}); !slices.Equal(l, want) {
+	if want := (lockmgr.Lineage{{PID: 100, Start: 500}, {PID: 50, Start: 100}, {PID: 1, Start: 1}}); !slices.Equal(l, want) {
 		t.Errorf("Lineage(100) after the parent was readable = %v, want %v", l, want)
 	}
 }
@@ -398,10 +400,10 @@ func TestProcTreeCommParsing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := (Lineage{{100, 12345}, {50, 100}, {1, 1}}); !slices.Equal(l, want) {
+			if want := (lockmgr.Lineage{{PID: 100, Start: 12345}, {PID: 50, Start: 100}, {PID: 1, Start: 1}}); !slices.Equal(l, want) {
 				t.Errorf("Lineage = %v, want %v", l, want)
 			}
-			if !tree.Alive(ProcID{100, 12345}) {
+			if !tree.Alive(lockmgr.ProcID{PID: 100, Start: 12345}) {
 				t.Error("Alive = false")
 			}
 		})
@@ -410,28 +412,37 @@ func TestProcTreeCommParsing(t *testing.T) {
 
 func TestProcTreeParseStat(t *testing.T) {
 	for _, tc := range []struct {
-		line  string
-		state byte
-		start uint64
-		bad   bool
+		line   string
+		state  byte
+		start  uint64
+		exited bool
+		bad    bool
 	}{
 		{line: "1 (init) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 42 9 9\n", state: 'S', start: 42},
 		{line: "7 (a) Z 9) R 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 77 0\n", state: 'R', start: 77},
 		{line: "7 (new\nline) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 8", state: 'S', start: 8},
+		// A zombie, and a task flagged PF_EXITING (0x4) while still
+		// running: both have exited (Tree.Alive and Exited agree).
+		{line: "9 (z) Z 1 1 1 0 -1 4194564 0 0 0 0 0 0 0 0 20 0 1 0 5 0\n", state: 'Z', start: 5, exited: true},
+		{line: "9 (x) R 1 1 1 0 -1 4194564 0 0 0 0 0 0 0 0 20 0 1 0 5 0\n", state: 'R', start: 5, exited: true},
 		{line: "1 init S 0", bad: true},
 		{line: "1 (init) S 0 1 1 0 -1 4194560\n", bad: true},
 		{line: "1 (init) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 -3 9\n", bad: true},
+		{line: "1 (init) S 0 1 1 0 -1 -5 1 2 3 4 5 6 7 8 20 0 1 0 3 9\n", bad: true},
 		{line: "1 (init) SS 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 3 9\n", bad: true},
 	} {
-		state, start, err := parseStat([]byte(tc.line))
+		st, err := parseStat([]byte(tc.line))
 		if tc.bad {
 			if err == nil {
-				t.Errorf("parseStat(%q) = %c, %d, want an error", tc.line, state, start)
+				t.Errorf("parseStat(%q) = %+v, want an error", tc.line, st)
 			}
 			continue
 		}
-		if err != nil || state != tc.state || start != tc.start {
-			t.Errorf("parseStat(%q) = %c, %d, %v; want %c, %d", tc.line, state, start, err, tc.state, tc.start)
+		if err != nil || st.state != tc.state || st.start != tc.start || st.exited() != tc.exited {
+			t.Errorf("parseStat(%q) = %+v (exited %v), %v; want %c, %d, exited %v", tc.line, st, st.exited(), err, tc.state, tc.start, tc.exited)
+		}
+		if got := exitedStat([]byte(tc.line), nil); got != tc.exited {
+			t.Errorf("exitedStat(%q) = %v, want %v", tc.line, got, tc.exited)
 		}
 	}
 }
@@ -440,15 +451,15 @@ func TestProcTreeAliveFake(t *testing.T) {
 	zombie := fakeProc{tid: 100, ppid: 50, comm: "z", state: 'Z', start: 500}
 	tree, _ := newFakeProcTree(t, fakeInit, fakeShell, zombie)
 	for _, tc := range []struct {
-		p    ProcID
+		p    lockmgr.ProcID
 		want bool
 	}{
-		{ProcID{50, 100}, true},
-		{ProcID{50, 101}, false},  // wrong start time: another process
-		{ProcID{100, 500}, false}, // zombie
-		{ProcID{77, 1}, false},    // no such pid
-		{ProcID{}, false},
-		{ProcID{-1, 0}, false},
+		{lockmgr.ProcID{PID: 50, Start: 100}, true},
+		{lockmgr.ProcID{PID: 50, Start: 101}, false},  // wrong start time: another process
+		{lockmgr.ProcID{PID: 100, Start: 500}, false}, // zombie
+		{lockmgr.ProcID{PID: 77, Start: 1}, false},    // no such pid
+		{lockmgr.ProcID{}, false},
+		{lockmgr.ProcID{PID: -1, Start: 0}, false},
 	} {
 		if got := tree.Alive(tc.p); got != tc.want {
 			t.Errorf("Alive(%+v) = %v, want %v", tc.p, got, tc.want)
@@ -470,14 +481,14 @@ func TestProcTreeLineageNoSuchThread(t *testing.T) {
 }
 
 func TestProcTreeConfig(t *testing.T) {
-	if _, err := NewProcTree(ProcTreeConfig{CacheSize: -1}); err == nil {
-		t.Error("NewProcTree accepted a negative cache size")
+	if _, err := NewTree(TreeConfig{CacheSize: -1}); err == nil {
+		t.Error("NewTree accepted a negative cache size")
 	}
-	if _, err := NewProcTree(ProcTreeConfig{ProcRoot: filepath.Join(t.TempDir(), "missing")}); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("NewProcTree(missing root) error %v, want os.ErrNotExist", err)
+	if _, err := NewTree(TreeConfig{ProcRoot: filepath.Join(t.TempDir(), "missing")}); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("NewTree(missing root) error %v, want os.ErrNotExist", err)
 	}
-	got := ProcTreeConfig{}.withDefaults()
-	if want := (ProcTreeConfig{ProcRoot: "/proc", CacheSize: 4096, RecheckAfter: 50 * time.Millisecond}); got != want {
+	got := TreeConfig{}.withDefaults()
+	if want := (TreeConfig{ProcRoot: "/proc", CacheSize: 4096, RecheckAfter: 50 * time.Millisecond}); got != want {
 		t.Errorf("defaults = %+v, want %+v", got, want)
 	}
 }
@@ -507,7 +518,7 @@ func TestProcTreeRecheckWindow(t *testing.T) {
 	for _, p := range []fakeProc{fakeInit, fakeShell, app} {
 		p.write(t, root)
 	}
-	tree, err := NewProcTree(ProcTreeConfig{ProcRoot: root, RecheckAfter: 200 * time.Millisecond})
+	tree, err := NewTree(TreeConfig{ProcRoot: root, RecheckAfter: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,7 +537,7 @@ func TestProcTreeRecheckWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Lineage{{100, 900}, {1, 1}}); !slices.Equal(l, want) {
+	if want := (lockmgr.Lineage{{PID: 100, Start: 900}, {PID: 1, Start: 1}}); !slices.Equal(l, want) {
 		t.Fatalf("after the window: %v, want %v", l, want)
 	}
 }

@@ -1,4 +1,4 @@
-package lockmgr
+package procinfo
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/lockmgr"
 )
 
 // This file holds the two questions the engine asks /proc about a lock's
@@ -43,32 +45,13 @@ import (
 // it its claim to the lock (the safe side: it is not exempt from the lock
 // it may hold).
 
-// ProcessWatcher is implemented by process trees that can tell the engine
-// when a process exits and who holds a descriptor (ProcTree does). With a
-// ProcessTree that does not implement it, the engine treats every process
-// that took a hold as alive until the hold is released.
-type ProcessWatcher interface {
-	// WaitExit blocks until process p (pid and start time) has exited,
-	// returning nil (at once if it already has), or until ctx ends,
-	// returning ctx.Err().
-	WaitExit(ctx context.Context, p ProcID) error
-	// Descriptors returns, for each file with an inode number in inos
-	// that some live process holds a descriptor of, those processes, one
-	// group per open file description. A process for which known(ino,
-	// pid) returns true, and that holds exactly one descriptor of that
-	// file, is known to hold a description of its own: it may be reported
-	// as a group of its own without comparing descriptors. It stops early
-	// with ctx.Err() when ctx ends.
-	Descriptors(ctx context.Context, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error)
-}
-
-var _ ProcessWatcher = (*ProcTree)(nil)
+var _ lockmgr.ProcessWatcher = (*Tree)(nil)
 
 // fallbackPoll is how often WaitExit looks at /proc when it has no pidfd.
 const fallbackPoll = 200 * time.Millisecond
 
 // WaitExit implements ProcessWatcher.
-func (t *ProcTree) WaitExit(ctx context.Context, p ProcID) error {
+func (t *Tree) WaitExit(ctx context.Context, p lockmgr.ProcID) error {
 	fd, err := unix.PidfdOpen(p.PID, unix.PIDFD_NONBLOCK)
 	if err == unix.ESRCH {
 		return nil
@@ -108,7 +91,7 @@ func (t *ProcTree) WaitExit(ctx context.Context, p ProcID) error {
 }
 
 // pollExit is WaitExit without a pidfd.
-func (t *ProcTree) pollExit(ctx context.Context, p ProcID) error {
+func (t *Tree) pollExit(ctx context.Context, p lockmgr.ProcID) error {
 	tick := time.NewTicker(fallbackPoll)
 	defer tick.Stop()
 	for t.Alive(p) {
@@ -126,14 +109,14 @@ func (t *ProcTree) pollExit(ctx context.Context, p ProcID) error {
 // costs one scan, not one per lock. The candidates known to hold a
 // description of their own (a waiter's) are set apart without a kcmp; the
 // others are sorted by description (groupDescriptors).
-func (t *ProcTree) Descriptors(ctx context.Context, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
+func (t *Tree) Descriptors(ctx context.Context, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]lockmgr.ProcID, error) {
 	want := make(map[string]uint64, len(inos))
 	for _, ino := range inos {
 		if ino != 0 {
 			want[strconv.FormatUint(ino, 10)] = ino
 		}
 	}
-	out := make(map[uint64][][]ProcID, len(want))
+	out := make(map[uint64][][]lockmgr.ProcID, len(want))
 	if len(want) == 0 {
 		return out, nil
 	}
@@ -156,7 +139,7 @@ func (t *ProcTree) Descriptors(ctx context.Context, inos []uint64, known func(in
 		if err != nil {
 			continue // gone, or not ours to read
 		}
-		var p ProcID
+		var p lockmgr.ProcID
 		for _, e := range fds {
 			fd, err := strconv.Atoi(e.Name())
 			if err != nil {
@@ -167,11 +150,11 @@ func (t *ProcTree) Descriptors(ctx context.Context, inos []uint64, known func(in
 				continue
 			}
 			if p.PID == 0 {
-				state, start, err := t.readStat(pid)
-				if err != nil || state == 'Z' || state == 'X' {
+				st, err := t.readStat(pid)
+				if err != nil || st.exited() {
 					break
 				}
-				p = ProcID{PID: pid, Start: start}
+				p = lockmgr.ProcID{PID: pid, Start: st.start}
 			}
 			cands[ino] = append(cands[ino], fdRef{p: p, fd: fd})
 			if perPID[ino] == nil {
@@ -193,7 +176,7 @@ func (t *ProcTree) Descriptors(ctx context.Context, inos []uint64, known func(in
 
 // fdRef is descriptor fd of process p.
 type fdRef struct {
-	p  ProcID
+	p  lockmgr.ProcID
 	fd int
 }
 
@@ -209,12 +192,12 @@ type fdRef struct {
 // the order may be inconsistent, and one description may then show as
 // several groups: more candidates, so no heir is named rather than a
 // wrong one (heirs.go scans again later).
-func groupDescriptors(cands []fdRef, alone func(pid int) bool, cmp func(a, b fdRef) (int, error)) [][]ProcID {
-	var out [][]ProcID
+func groupDescriptors(cands []fdRef, alone func(pid int) bool, cmp func(a, b fdRef) (int, error)) [][]lockmgr.ProcID {
+	var out [][]lockmgr.ProcID
 	var rest []fdRef
 	for _, c := range cands {
 		if alone(c.p.PID) {
-			out = append(out, []ProcID{c.p})
+			out = append(out, []lockmgr.ProcID{c.p})
 		} else {
 			rest = append(rest, c)
 		}
@@ -223,7 +206,7 @@ func groupDescriptors(cands []fdRef, alone func(pid int) bool, cmp func(a, b fdR
 		var ok []fdRef
 		for _, c := range rest {
 			if _, err := cmp(c, c); err != nil {
-				out = append(out, []ProcID{c.p})
+				out = append(out, []lockmgr.ProcID{c.p})
 			} else {
 				ok = append(ok, c)
 			}
@@ -240,7 +223,7 @@ func groupDescriptors(cands []fdRef, alone func(pid int) bool, cmp func(a, b fdR
 		}
 	}
 	for i := 0; i < len(rest); {
-		procs := []ProcID{rest[i].p}
+		procs := []lockmgr.ProcID{rest[i].p}
 		j := i + 1
 		for ; j < len(rest); j++ {
 			if r, err := cmp(rest[i], rest[j]); err != nil || r != 0 {
@@ -264,13 +247,13 @@ const sortRetries = 2
 // want (inode numbers by their decimal text). The link is read first: it
 // costs one call, and only control files (and anything else named like
 // them) go on to fdinfo.
-func (t *ProcTree) fdInode(pid, fd string, want map[string]uint64) (uint64, bool) {
+func (t *Tree) fdInode(pid, fd string, want map[string]uint64) (uint64, bool) {
 	link, err := os.Readlink(filepath.Join(t.root, pid, "fd", fd))
 	if err != nil {
 		return 0, false
 	}
 	base := filepath.Base(strings.TrimSuffix(link, " (deleted)"))
-	if base != ControlName(KindDir) && base != ControlName(KindNewDir) && base != ControlName(KindUsage) {
+	if base != lockmgr.ControlName(lockmgr.KindDir) && base != lockmgr.ControlName(lockmgr.KindNewDir) && base != lockmgr.ControlName(lockmgr.KindUsage) {
 		return 0, false
 	}
 	b, err := os.ReadFile(filepath.Join(t.root, pid, "fdinfo", fd))

@@ -1,4 +1,4 @@
-package lockmgr
+package procinfo
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/lockmgr"
 )
 
 // This file holds the real ProcessTree, read from /proc.
@@ -22,7 +24,7 @@ import (
 //
 //   - the thread cache maps a thread id and that thread's own start time to
 //     the lineage resolved for it; a hit costs one read of /proc/TID/stat.
-//   - the parent cache maps a ProcID to the parent it had when first seen.
+//   - the parent cache maps a lockmgr.ProcID to the parent it had when first seen.
 //     A process's original parent never changes, so it needs no check. A
 //     process whose parent exits is reparented (to init or a subreaper) and
 //     keeps, in our eyes, the parent it had when we first saw it.
@@ -56,8 +58,8 @@ const (
 	statBufSize = 1024
 )
 
-// ProcTreeConfig configures NewProcTree. The zero value is the default.
-type ProcTreeConfig struct {
+// TreeConfig configures NewTree. The zero value is the default.
+type TreeConfig struct {
 	// ProcRoot is where procfs is mounted; "" means "/proc". Tests point it
 	// at a directory of fake PID/stat and PID/status files.
 	ProcRoot string
@@ -74,7 +76,7 @@ type ProcTreeConfig struct {
 }
 
 // withDefaults returns c with zero fields replaced by their defaults.
-func (c ProcTreeConfig) withDefaults() ProcTreeConfig {
+func (c TreeConfig) withDefaults() TreeConfig {
 	if c.ProcRoot == "" {
 		c.ProcRoot = defaultProcRoot
 	}
@@ -87,37 +89,37 @@ func (c ProcTreeConfig) withDefaults() ProcTreeConfig {
 	return c
 }
 
-// defaultRecheckAfter is ProcTreeConfig.RecheckAfter's default.
+// defaultRecheckAfter is TreeConfig.RecheckAfter's default.
 const defaultRecheckAfter = 50 * time.Millisecond
 
 // Validate reports a configuration that cannot work.
-func (c ProcTreeConfig) Validate() error {
+func (c TreeConfig) Validate() error {
 	if c.CacheSize < 0 {
 		return fmt.Errorf("proc tree: cache size %d is negative", c.CacheSize)
 	}
 	return nil
 }
 
-// ProcTree is the ProcessTree of the running system, read from procfs and
+// Tree is the ProcessTree of the running system, read from procfs and
 // cached (see the notes on pid reuse above). It is safe for concurrent use.
-type ProcTree struct {
+type Tree struct {
 	// Constant data
 	root         string
 	recheckAfter time.Duration
 
 	// Mutable state: the caches lock themselves.
-	threads *lru.Cache[int, threadEntry] // thread id -> its start time and lineage
-	parents *lru.Cache[ProcID, ProcID]   // process -> parent when first seen; zero if none
+	threads *lru.Cache[int, threadEntry]               // thread id -> its start time and lineage
+	parents *lru.Cache[lockmgr.ProcID, lockmgr.ProcID] // process -> parent when first seen; zero if none
 }
 
-var _ ProcessTree = (*ProcTree)(nil)
+var _ lockmgr.ProcessTree = (*Tree)(nil)
 
 // threadEntry is the thread cache's value: valid while the thread id still
 // has start time start.
 type threadEntry struct {
 	start   uint64
-	lineage Lineage   // INVARIANT: len == cap, never modified after caching
-	checked time.Time // when start was last read from /proc (monotonic)
+	lineage lockmgr.Lineage // INVARIANT: len == cap, never modified after caching
+	checked time.Time       // when start was last read from /proc (monotonic)
 }
 
 var (
@@ -128,9 +130,9 @@ var (
 	errParentUnknown = errors.New("parent kept exiting")
 )
 
-// NewProcTree returns a ProcTree reading cfg.ProcRoot. It fails if the
+// NewTree returns a Tree reading cfg.ProcRoot. It fails if the
 // configuration is invalid or ProcRoot is not a directory.
-func NewProcTree(cfg ProcTreeConfig) (*ProcTree, error) {
+func NewTree(cfg TreeConfig) (*Tree, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -146,11 +148,11 @@ func NewProcTree(cfg ProcTreeConfig) (*ProcTree, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proc tree: %w", err)
 	}
-	parents, err := lru.New[ProcID, ProcID](cfg.CacheSize)
+	parents, err := lru.New[lockmgr.ProcID, lockmgr.ProcID](cfg.CacheSize)
 	if err != nil {
 		return nil, fmt.Errorf("proc tree: %w", err)
 	}
-	return &ProcTree{root: cfg.ProcRoot, recheckAfter: cfg.RecheckAfter, threads: threads, parents: parents}, nil
+	return &Tree{root: cfg.ProcRoot, recheckAfter: cfg.RecheckAfter, threads: threads, parents: parents}, nil
 }
 
 // Lineage returns the process that thread tid belongs to, then its parent,
@@ -159,7 +161,7 @@ func NewProcTree(cfg ProcTreeConfig) (*ProcTree, error) {
 // during the walk, at the oldest ancestor that could be read. The result is
 // shared with the cache: callers must not modify it (appending is safe). A
 // thread that does not exist yields an error wrapping os.ErrNotExist.
-func (t *ProcTree) Lineage(tid int) (Lineage, error) {
+func (t *Tree) Lineage(tid int) (lockmgr.Lineage, error) {
 	l, err := t.lineage(tid)
 	if err != nil {
 		return nil, fmt.Errorf("lineage of thread %d: %w", tid, err)
@@ -168,7 +170,7 @@ func (t *ProcTree) Lineage(tid int) (Lineage, error) {
 }
 
 // lineage is Lineage without the error context.
-func (t *ProcTree) lineage(tid int) (Lineage, error) {
+func (t *Tree) lineage(tid int) (lockmgr.Lineage, error) {
 	if tid <= 0 {
 		return nil, fmt.Errorf("no such thread: %w", os.ErrNotExist)
 	}
@@ -176,10 +178,11 @@ func (t *ProcTree) lineage(tid int) (Lineage, error) {
 	if cached && t.recheckAfter > 0 && time.Since(e.checked) < t.recheckAfter {
 		return e.lineage, nil
 	}
-	_, tstart, err := t.readStat(tid)
+	st, err := t.readStat(tid)
 	if err != nil {
 		return nil, err
 	}
+	tstart := st.start
 	if cached && e.start == tstart {
 		e.checked = time.Now()
 		t.threads.Add(tid, e)
@@ -203,33 +206,34 @@ func (t *ProcTree) lineage(tid int) (Lineage, error) {
 }
 
 // process returns the process that thread tid (started at tstart) belongs to.
-func (t *ProcTree) process(tid int, tstart uint64) (ProcID, error) {
+func (t *Tree) process(tid int, tstart uint64) (lockmgr.ProcID, error) {
 	tgid, _, err := t.readStatus(tid)
 	if err != nil {
-		return ProcID{}, err
+		return lockmgr.ProcID{}, err
 	}
 	if tgid == tid {
-		return ProcID{PID: tid, Start: tstart}, nil
+		return lockmgr.ProcID{PID: tid, Start: tstart}, nil
 	}
-	_, pstart, err := t.readStat(tgid)
+	pst, err := t.readStat(tgid)
 	if err != nil {
-		return ProcID{}, err
+		return lockmgr.ProcID{}, err
 	}
+	pstart := pst.start
 	// The thread group lives, and its tgid cannot be reused, as long as one
 	// of its threads does: if tid is still the thread we started with, tgid
 	// and pstart belong to its process.
-	if _, again, err := t.readStat(tid); err != nil {
-		return ProcID{}, err
-	} else if again != tstart || pstart > tstart {
-		return ProcID{}, errGone
+	if again, err := t.readStat(tid); err != nil {
+		return lockmgr.ProcID{}, err
+	} else if again.start != tstart || pstart > tstart {
+		return lockmgr.ProcID{}, errGone
 	}
-	return ProcID{PID: tgid, Start: pstart}, nil
+	return lockmgr.ProcID{PID: tgid, Start: pstart}, nil
 }
 
 // walk returns self and its ancestors. complete is false if the walk stopped
 // early because an ancestor exited before its parent could be read.
-func (t *ProcTree) walk(self ProcID) (l Lineage, complete bool, err error) {
-	l = Lineage{self}
+func (t *Tree) walk(self lockmgr.ProcID) (l lockmgr.Lineage, complete bool, err error) {
+	l = lockmgr.Lineage{self}
 	for p := self; p.PID != 1; {
 		if len(l) >= maxLineageDepth {
 			return nil, false, fmt.Errorf("lineage deeper than %d processes", maxLineageDepth)
@@ -250,35 +254,37 @@ func (t *ProcTree) walk(self ProcID) (l Lineage, complete bool, err error) {
 	return l, true, nil
 }
 
-// parent returns the parent p had when first seen, or the zero ProcID if p
+// parent returns the parent p had when first seen, or the zero lockmgr.ProcID if p
 // has none (init, kernel threads, a process whose parent is outside our pid
 // namespace). It fails with an error wrapping os.ErrNotExist if p has exited,
 // and with errParentUnknown if its parent kept exiting while being read.
-func (t *ProcTree) parent(p ProcID) (ProcID, error) {
+func (t *Tree) parent(p lockmgr.ProcID) (lockmgr.ProcID, error) {
 	if q, ok := t.parents.Get(p); ok {
 		return q, nil
 	}
 	for range parentRetries {
 		_, ppid, err := t.readStatus(p.PID)
 		if err != nil {
-			return ProcID{}, err
+			return lockmgr.ProcID{}, err
 		}
-		q := ProcID{PID: ppid}
+		q := lockmgr.ProcID{PID: ppid}
 		if ppid != 0 {
-			_, q.Start, err = t.readStat(ppid)
+			var pst stat
+			pst, err = t.readStat(ppid)
+			q.Start = pst.start
 			if errors.Is(err, os.ErrNotExist) {
 				continue // the parent exited: p has been reparented
 			}
 			if err != nil {
-				return ProcID{}, err
+				return lockmgr.ProcID{}, err
 			}
 		}
 		// p must not have exited (and its pid been reused) since its PPid
 		// was read.
-		if _, start, err := t.readStat(p.PID); err != nil {
-			return ProcID{}, err
-		} else if start != p.Start {
-			return ProcID{}, errGone
+		if st, err := t.readStat(p.PID); err != nil {
+			return lockmgr.ProcID{}, err
+		} else if st.start != p.Start {
+			return lockmgr.ProcID{}, errGone
 		}
 		if q.Start > p.Start {
 			continue // ppid was reused by a younger process: p has been reparented
@@ -289,29 +295,27 @@ func (t *ProcTree) parent(p ProcID) (ProcID, error) {
 		}
 		return q, nil
 	}
-	return ProcID{}, errParentUnknown
+	return lockmgr.ProcID{}, errParentUnknown
 }
 
 // Alive reports whether p still runs: /proc/PID/stat exists, shows p's start
-// time, and is not a zombie (a zombie has exited; only its exit status is
-// left for its parent to collect).
-func (t *ProcTree) Alive(p ProcID) bool {
+// time, and p has not exited (stat.exited: the answer Exited gives too).
+func (t *Tree) Alive(p lockmgr.ProcID) bool {
 	if p.PID <= 0 {
 		return false
 	}
-	state, start, err := t.readStat(p.PID)
-	return err == nil && start == p.Start && state != 'Z' && state != 'X'
+	st, err := t.readStat(p.PID)
+	return err == nil && st.start == p.Start && !st.exited()
 }
 
-// readStat returns the state (field 3) and start time (field 22) of the
-// thread or process pid. It reads into a stack buffer: this is the
+// readStat returns the stat line of the thread or process pid. It reads into a stack buffer: this is the
 // cache-hit path. On the real procfs it reads ROOT/PID/task/PID/stat, the
 // task's own line: ROOT/PID/stat adds up the times of every thread of
 // pid's thread group, so that each read cost O(threads) and a pool of
 // 10,000 threads waiting for one lock took minutes to queue (state and
 // start time are the task's own in both). A fake procfs (tests) has
 // ROOT/PID/stat only.
-func (t *ProcTree) readStat(pid int) (state byte, start uint64, err error) {
+func (t *Tree) readStat(pid int) (stat, error) {
 	var pathBuf [96]byte
 	path := append(pathBuf[:0], t.root...)
 	path = append(path, '/')
@@ -324,13 +328,13 @@ func (t *ProcTree) readStat(pid int) (state byte, start uint64, err error) {
 	var buf [statBufSize]byte
 	n, err := readInto(path, buf[:])
 	if err != nil {
-		return 0, 0, err
+		return stat{}, err
 	}
-	state, start, err = parseStat(buf[:n])
+	st, err := parseStat(buf[:n])
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s: %w", string(path), err)
+		return stat{}, fmt.Errorf("%s: %w", string(path), err)
 	}
-	return state, start, nil
+	return st, nil
 }
 
 // readInto reads the file at path into buf until EOF or buf is full. A
@@ -366,21 +370,41 @@ func readInto(path []byte, buf []byte) (int, error) {
 	return n, nil
 }
 
-// parseStat returns the state (field 3) and start time (field 22) of a
-// /proc/PID/stat line. Field 2, the command name, is in parentheses and may
-// itself contain spaces and parentheses, so fields are counted from the last
-// ')'.
-func parseStat(b []byte) (state byte, start uint64, err error) {
+// stat is what lockfs reads of a /proc/PID/stat line.
+type stat struct {
+	state byte   // field 3: R, S, D, Z, X, ...
+	flags uint64 // field 9: the kernel's PF_* task flags
+	start uint64 // field 22: start time in clock ticks since boot
+}
+
+// pfExiting is the kernel's PF_EXITING task flag (include/linux/sched.h):
+// set as a task starts to exit, before it closes its files.
+const pfExiting = 0x4
+
+// exited is lockfs's one answer to "has this process exited": it is a
+// zombie or dead, or flagged PF_EXITING. The kernel closes an exiting
+// process's files, and so releases its locks, before its parent reaps
+// it, while /proc still shows it. (A process gone from /proc has exited
+// too: the callers see that as an error reading its stat.)
+func (s stat) exited() bool {
+	return s.state == 'Z' || s.state == 'X' || s.state == 'x' || s.flags&pfExiting != 0
+}
+
+// parseStat parses a /proc/PID/stat line. Field 2, the command name, is in
+// parentheses and may itself contain spaces and parentheses, so fields are
+// counted from the last ')'.
+func parseStat(b []byte) (stat, error) {
+	var st stat
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, errors.New("malformed stat: no ')' after the command name")
+		return stat{}, errors.New("malformed stat: no ')' after the command name")
 	}
 	rest := b[i+1:]
 	// Fields 3..22 follow, each preceded by one space.
-	const first, want = 3, 22
+	const first, flags, want = 3, 9, 22
 	for f := first; ; f++ {
 		if len(rest) == 0 || rest[0] != ' ' {
-			return 0, 0, fmt.Errorf("malformed stat: field %d missing", f)
+			return stat{}, fmt.Errorf("malformed stat: field %d missing", f)
 		}
 		rest = rest[1:]
 		end := bytes.IndexAny(rest, " \n")
@@ -389,25 +413,29 @@ func parseStat(b []byte) (state byte, start uint64, err error) {
 		}
 		field := rest[:end]
 		rest = rest[end:]
+		var err error
 		switch f {
 		case first:
 			if len(field) != 1 {
-				return 0, 0, fmt.Errorf("malformed stat: state %q", string(field))
+				return stat{}, fmt.Errorf("malformed stat: state %q", string(field))
 			}
-			state = field[0]
+			st.state = field[0]
+		case flags:
+			if st.flags, err = strconv.ParseUint(string(field), 10, 64); err != nil {
+				return stat{}, fmt.Errorf("malformed stat: flags: %w", err)
+			}
 		case want:
-			start, err = strconv.ParseUint(string(field), 10, 64)
-			if err != nil {
-				return 0, 0, fmt.Errorf("malformed stat: start time: %w", err)
+			if st.start, err = strconv.ParseUint(string(field), 10, 64); err != nil {
+				return stat{}, fmt.Errorf("malformed stat: start time: %w", err)
 			}
-			return state, start, nil
+			return st, nil
 		}
 	}
 }
 
 // readStatus returns the Tgid and PPid of ROOT/PID/status. It is off the
 // cache-hit path, so it allocates freely.
-func (t *ProcTree) readStatus(pid int) (tgid, ppid int, err error) {
+func (t *Tree) readStatus(pid int) (tgid, ppid int, err error) {
 	path := t.root + "/" + strconv.Itoa(pid) + "/status"
 	b, err := os.ReadFile(path)
 	if errors.Is(err, unix.ESRCH) {
