@@ -152,30 +152,48 @@ func TestPTReadDirPlusLookups(t *testing.T) {
 				}
 				return before, ops.settle()
 			}
-			base, afterLs := cold("ls -l")
-			// root, d and d's distinct inodes: h1 and h2 are one node.
-			if n := m.fs.nodeCount(); n != inodes+2 {
-				t.Errorf("%d nodes after ls -l, want %d (root, d, %d inodes)", n, inodes+2, inodes)
-			}
-			beforeDu, afterDu := cold("du -s")
-			lsLookups, duLookups := afterLs["lookup"]-base["lookup"], afterDu["lookup"]-beforeDu["lookup"]
-			t.Logf("ls -l: %d lookup, %d readdirplus, %d readdir; du -s: %d lookup, %d readdirplus, %d readdir",
-				lsLookups, afterLs["readdirplus"]-base["readdirplus"], afterLs["read"]-base["read"],
-				duLookups, afterDu["readdirplus"]-beforeDu["readdirplus"], afterDu["read"]-beforeDu["read"])
-			if plus {
-				if lsLookups > rdpFiles/10 || duLookups > rdpFiles/10 {
-					t.Errorf("with READDIRPLUS: %d lookups for ls -l, %d for du -s of %d names; want almost none", lsLookups, duLookups, rdpFiles)
+			// Another test's drop_caches (integration's resource samples
+			// run beside this package in make test) makes the kernel
+			// forget names during a walk, and then look them up again:
+			// a walk that sees that is measured again, up to three times.
+			for try := 1; ; try++ {
+				var problems []string
+				base, afterLs := cold("ls -l")
+				// root, d and d's distinct inodes: h1 and h2 are one node.
+				if n := m.fs.nodeCount(); n != inodes+2 {
+					problems = append(problems, fmt.Sprintf("%d nodes after ls -l, want %d (root, d, %d inodes)", n, inodes+2, inodes))
 				}
-				if afterLs["readdirplus"] == base["readdirplus"] {
-					t.Errorf("ls -l sent no READDIRPLUS")
+				beforeDu, afterDu := cold("du -s")
+				lsLookups, duLookups := afterLs["lookup"]-base["lookup"], afterDu["lookup"]-beforeDu["lookup"]
+				t.Logf("ls -l: %d lookup, %d readdirplus, %d readdir; du -s: %d lookup, %d readdirplus, %d readdir",
+					lsLookups, afterLs["readdirplus"]-base["readdirplus"], afterLs["read"]-base["read"],
+					duLookups, afterDu["readdirplus"]-beforeDu["readdirplus"], afterDu["read"]-beforeDu["read"])
+				if plus {
+					if lsLookups > rdpFiles/10 || duLookups > rdpFiles/10 {
+						problems = append(problems, fmt.Sprintf("with READDIRPLUS: %d lookups for ls -l, %d for du -s of %d names; want almost none", lsLookups, duLookups, rdpFiles))
+					}
+					if afterLs["readdirplus"] == base["readdirplus"] {
+						problems = append(problems, "ls -l sent no READDIRPLUS")
+					}
+				} else {
+					if lsLookups < rdpFiles || duLookups < rdpFiles {
+						problems = append(problems, fmt.Sprintf("control, plain readdir: %d lookups for ls -l, %d for du -s; want at least %d each", lsLookups, duLookups, rdpFiles))
+					}
+					if afterDu["readdirplus"] != 0 {
+						problems = append(problems, fmt.Sprintf("control: %d READDIRPLUS with it off", afterDu["readdirplus"]))
+					}
 				}
-			} else {
-				if lsLookups < rdpFiles || duLookups < rdpFiles {
-					t.Errorf("control, plain readdir: %d lookups for ls -l, %d for du -s; want at least %d each", lsLookups, duLookups, rdpFiles)
+				if len(problems) == 0 {
+					break
 				}
-				if afterDu["readdirplus"] != 0 {
-					t.Errorf("control: %d READDIRPLUS with it off", afterDu["readdirplus"])
+				if try < 3 {
+					t.Logf("try %d: %s; measuring again", try, strings.Join(problems, "; "))
+					continue
 				}
+				for _, p := range problems {
+					t.Error(p)
+				}
+				break
 			}
 			got, want := statList(t, m.m("d")), statList(t, m.s("d"))
 			// SOURCE holds d's lock file, which the mount hides.
