@@ -66,6 +66,21 @@ func newByHandle(source string, rootFd int) (*byHandle, string) {
 	return &byHandle{mountFd: fd, mountID: id}, ""
 }
 
+// OpenFilesCostNothing reports whether a passthrough open through a mount
+// of source would cost the daemon no descriptor (its inodes can be
+// opened by file handle, with this process's capabilities), and if not,
+// why, for lockfs doctor. It says nothing of passthrough itself.
+func OpenFilesCostNothing(source string) (bool, string) {
+	rootFd, err := unix.Open(source, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, "open SOURCE: " + unix.ErrnoName(errnoOf(err))
+	}
+	defer closeFd(rootFd)
+	b, why := newByHandle(source, rootFd)
+	b.close()
+	return b != nil, why
+}
+
 // close closes the opener's descriptor.
 func (b *byHandle) close() {
 	if b != nil {
@@ -102,6 +117,13 @@ func (h *fileHandle) detach() {
 		if err != nil || id != b.mountID {
 			return // another file system beneath SOURCE: kept
 		}
+		// Some file systems encode handles they cannot open (overlayfs
+		// without nfs_export): try this one once.
+		fd, err := b.open(fh, unix.O_PATH)
+		if err != nil {
+			return
+		}
+		closeFd(fd)
 	}
 	old := h.of
 	h.of = &openFile{fd: -1, write: old.write, uid: old.uid}

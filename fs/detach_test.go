@@ -388,3 +388,16 @@ func TestDetachedRequests(t *testing.T) {
 		t.Errorf("control: a read without the file handle succeeded")
 	}
 }
+
+// TestOpenFilesCostNothing: lockfs doctor's check says yes for a SOURCE on
+// this host's disk (as root) and no, naming name_to_handle_at, for one on
+// procfs, which has no file handles (the control).
+func TestOpenFilesCostNothing(t *testing.T) {
+	testutil.RequireRoot(t, "open_by_handle_at needs CAP_DAC_READ_SEARCH")
+	if ok, why := OpenFilesCostNothing(t.TempDir()); !ok {
+		t.Errorf("a temporary directory: %s", why)
+	}
+	if ok, why := OpenFilesCostNothing("/proc/self"); ok || !strings.Contains(why, "name_to_handle_at") {
+		t.Errorf("control, procfs: %v, %q", ok, why)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lockfs/lockfs/daemon"
+	"github.com/lockfs/lockfs/fs"
 	"github.com/lockfs/lockfs/gcsbackend"
 )
 
@@ -24,7 +25,9 @@ non-root users), /dev/fuse, user_allow_other in /etc/fuse.conf for
 --allow-other as non-root, the admin socket directory, the kernel's FUSE
 passthrough, and with SOURCE and MOUNTPOINT the paths themselves (existing
 directories, one not inside the other, SOURCE's filesystem, a mount already
-there, a non-empty MOUNTPOINT). With --backend gcs it also proves that the
+there, a non-empty MOUNTPOINT) and whether files open through the mount
+cost the daemon a descriptor each (they cost none with passthrough where
+SOURCE's files can be opened by file handle). With --backend gcs it also proves that the
 bucket can hold locks (a probe object is written, read back and deleted).
 It mounts nothing. The exit status is 1 if any check fails; warnings do
 not count.`
@@ -107,7 +110,15 @@ func runDoctor(mf mountFlags, args []string) []checkResult {
 		out = append(out, checkResult{"flock(1)", "warn", "not found: the usual way to take a lock from a shell; `apt-get install -y util-linux`"})
 	}
 	if len(args) == 2 {
-		out = append(out, doctorPaths(args[0], args[1], mf.allowRemote)...)
+		paths := doctorPaths(args[0], args[1], mf.allowRemote)
+		out = append(out, paths...)
+		if pt, _ := passthroughSupport(); pt && mf.passthrough == "auto" && paths[0].status == "ok" {
+			if ok, why := fs.OpenFilesCostNothing(args[0]); ok {
+				out = append(out, checkResult{"open files", "ok", "cost the daemon no descriptor (FUSE passthrough; SOURCE's files are found again by file handle)"})
+			} else {
+				out = append(out, checkResult{"open files", "warn", why + ": each file open through the mount holds a descriptor of the daemon, counted by --max-open-per-uid"})
+			}
+		}
 	}
 	if mf.backend == "gcs" {
 		add("gcs bucket "+mf.gcs.bucket, doctorGCS(mf), "locks can be kept there (probe written, read and deleted)")
