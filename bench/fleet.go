@@ -136,16 +136,73 @@ func (r *runner) gcsFleet(ctx context.Context) error {
 		}
 	}
 	env.proxy.ResetTraffic()
+	engines := make([]*lockmgr.Engine, n)
+	for i, h := range hosts {
+		engines[i] = h.e
+	}
+	var tr faultproxy.Traffic
+	ch := r.churn(ctx, "gcs fleet", engines, r.cfg.GCSFleetDur, func() { tr = env.proxy.Traffic() })
+	dur, lat := ch.dur, ch.lat
+	acquires, failed := ch.acquires, ch.failed
+	busiest, writes := tr.MostWritten()
+	peakName, peak := tr.Busiest()
+	sort.Float64s(lat)
+	res := r.res
+	res.set("gcs_fleet_hosts", float64(n))
+	res.set("gcs_fleet_duration_s", dur)
+	res.set("gcs_fleet_acquires_per_s", float64(acquires)/dur)
+	res.set("gcs_fleet_lease_losses", float64(lost.Load()))
+	res.set("gcs_fleet_max_object_writes_per_s", float64(writes)/dur)
+	res.set("gcs_fleet_peak_object_writes_in_1s", float64(peak))
+	res.set("gcs_fleet_429s", float64(tr.Limited))
+	res.set("gcs_fleet_failed_acquires", float64(failed))
+	res.set("gcs_fleet_acquire_p50_ms", quantile(lat, 0.5))
+	res.set("gcs_fleet_acquire_p99_ms", quantile(lat, 0.99))
+	res.set("gcs_fleet_writes_per_s", float64(tr.Kinds[faultproxy.KindWrite])/dur)
+	res.set("gcs_fleet_reads_per_s", float64(tr.Kinds[faultproxy.KindRead]+tr.Kinds[faultproxy.KindMetadata]+tr.Kinds[faultproxy.KindList])/dur)
+	r.logf("gcs fleet: %d hosts, %.1fs: %d acquires (%d failed), p99 %.1f ms, %d losses, %d × 429; busiest object %s: %d writes (peak %d in 1s, %s)",
+		n, dur, acquires, failed, quantile(lat, 0.99), lost.Load(), tr.Limited, busiest, writes, peak, peakName)
+
+	what := fmt.Sprintf("%d hosts churning under one parent, %v, write limit on", n, r.cfg.GCSFleetDur)
+	for _, k := range []struct {
+		name, key, ref string
+		g              goal
+	}{
+		{"GCS fleet: acquires/s, " + what, "gcs_fleet_acquires_per_s",
+			fmt.Sprintf("p50 %s ms, p99 %s ms; %d failed", fmtNum(quantile(lat, 0.5)), fmtNum(quantile(lat, 0.99)), failed), atLeast(500)},
+		{"GCS fleet: holds lost", "gcs_fleet_lease_losses", "", equal(0)},
+		{"GCS fleet: busiest object's writes/s (429s included)", "gcs_fleet_max_object_writes_per_s",
+			fmt.Sprintf("peak %d in 1 s; %d × 429 in all", peak, tr.Limited), atMost(1)},
+	} {
+		v, _ := res.Value(k.key)
+		gt, met := res.met(k.key, &k.g)
+		res.addRow(Row{k.name, fmtNum(v), k.ref, "", gt, met})
+	}
+	return nil
+}
+
+// churned is what a fleet's churn did within its window.
+type churned struct {
+	dur              float64   // the window, s
+	acquires, failed int64     // acquires granted, and failed, within it
+	lat              []float64 // each granted acquire's time, ms, sorted
+}
+
+// churn has every engine's fleetWorkers clients cycle exclusively through
+// fleetLocks locks of their own under one parent ("parent/h<i>/k<j>",
+// acquire with wait, bounded by 30 s, then release) for dur. atEnd runs
+// when the window ends, before the last releases finish.
+func (r *runner) churn(ctx context.Context, what string, engines []*lockmgr.Engine, dur time.Duration, atEnd func()) churned {
 	var (
 		acquires, failed atomic.Int64
 		latMu            sync.Mutex
 		lat              []float64
 		wg               sync.WaitGroup
 	)
-	runCtx, cancel := context.WithTimeout(ctx, r.cfg.GCSFleetDur)
+	runCtx, cancel := context.WithTimeout(ctx, dur)
 	defer cancel()
 	start := time.Now()
-	for i, h := range hosts {
+	for i, e := range engines {
 		for w := 0; w < fleetWorkers; w++ {
 			wg.Add(1)
 			go func() {
@@ -156,12 +213,12 @@ func (r *runner) gcsFleet(ctx context.Context) error {
 					req := gcsRequest(fmt.Sprintf("parent/h%d/k%d", i, w*fleetLocks+j%fleetLocks), w+1, true)
 					actx, acancel := context.WithTimeout(runCtx, 30*time.Second)
 					t0 := time.Now()
-					_, err := h.e.Acquire(actx, req)
+					_, err := e.Acquire(actx, req)
 					acancel()
 					if err != nil {
 						if runCtx.Err() == nil {
 							failed.Add(1)
-							r.logf("gcs fleet: host %d: %v", i, err)
+							r.logf("%s: host %d: %v", what, i, err)
 						}
 						continue
 					}
@@ -170,8 +227,8 @@ func (r *runner) gcsFleet(ctx context.Context) error {
 						acquires.Add(1)
 					}
 					rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-					if err := h.e.Release(rctx, req.Lock, req.Owner); err != nil {
-						r.logf("gcs fleet: host %d: release: %v", i, err)
+					if err := e.Release(rctx, req.Lock, req.Owner); err != nil {
+						r.logf("%s: host %d: release: %v", what, i, err)
 					}
 					rcancel()
 				}
@@ -180,44 +237,15 @@ func (r *runner) gcsFleet(ctx context.Context) error {
 	}
 	// The window's figures; then let the last releases finish.
 	<-runCtx.Done()
-	dur := time.Since(start).Seconds()
-	tr := env.proxy.Traffic()
-	wg.Wait()
-	busiest, writes := tr.MostWritten()
-	peakName, peak := tr.Busiest()
-	sort.Float64s(lat)
-	res := r.res
-	res.set("gcs_fleet_hosts", float64(n))
-	res.set("gcs_fleet_duration_s", dur)
-	res.set("gcs_fleet_acquires_per_s", float64(acquires.Load())/dur)
-	res.set("gcs_fleet_lease_losses", float64(lost.Load()))
-	res.set("gcs_fleet_max_object_writes_per_s", float64(writes)/dur)
-	res.set("gcs_fleet_peak_object_writes_in_1s", float64(peak))
-	res.set("gcs_fleet_429s", float64(tr.Limited))
-	res.set("gcs_fleet_failed_acquires", float64(failed.Load()))
-	res.set("gcs_fleet_acquire_p50_ms", quantile(lat, 0.5))
-	res.set("gcs_fleet_acquire_p99_ms", quantile(lat, 0.99))
-	res.set("gcs_fleet_writes_per_s", float64(tr.Kinds[faultproxy.KindWrite])/dur)
-	res.set("gcs_fleet_reads_per_s", float64(tr.Kinds[faultproxy.KindRead]+tr.Kinds[faultproxy.KindMetadata]+tr.Kinds[faultproxy.KindList])/dur)
-	r.logf("gcs fleet: %d hosts, %.1fs: %d acquires (%d failed), p99 %.1f ms, %d losses, %d × 429; busiest object %s: %d writes (peak %d in 1s, %s)",
-		n, dur, acquires.Load(), failed.Load(), quantile(lat, 0.99), lost.Load(), tr.Limited, busiest, writes, peak, peakName)
-
-	what := fmt.Sprintf("%d hosts churning under one parent, %v, write limit on", n, r.cfg.GCSFleetDur)
-	for _, k := range []struct {
-		name, key, ref string
-		g              goal
-	}{
-		{"GCS fleet: acquires/s, " + what, "gcs_fleet_acquires_per_s",
-			fmt.Sprintf("p50 %s ms, p99 %s ms; %d failed", fmtNum(quantile(lat, 0.5)), fmtNum(quantile(lat, 0.99)), failed.Load()), atLeast(500)},
-		{"GCS fleet: holds lost", "gcs_fleet_lease_losses", "", equal(0)},
-		{"GCS fleet: busiest object's writes/s (429s included)", "gcs_fleet_max_object_writes_per_s",
-			fmt.Sprintf("peak %d in 1 s; %d × 429 in all", peak, tr.Limited), atMost(1)},
-	} {
-		v, _ := res.Value(k.key)
-		gt, met := res.met(k.key, &k.g)
-		res.addRow(Row{k.name, fmtNum(v), k.ref, "", gt, met})
+	out := churned{dur: time.Since(start).Seconds()}
+	if atEnd != nil {
+		atEnd()
 	}
-	return nil
+	wg.Wait()
+	out.acquires, out.failed = acquires.Load(), failed.Load()
+	sort.Float64s(lat)
+	out.lat = lat
+	return out
 }
 
 // quantile returns the q-quantile of sorted xs (NaN if empty).
