@@ -300,8 +300,12 @@ func TestCounter(t *testing.T) {
 		for range workers {
 			ps = append(ps, start(t, "sh", "-c", script))
 		}
+		// The 800 critical sections (each a flock(1), an sh and a cat)
+		// take 15-60 s on a quiet 2-core machine; under a load average of
+		// 40-90 they took over 3 minutes. The bound only catches a hang.
+		deadline := time.Now().Add(8 * time.Minute)
 		for i, p := range ps {
-			if code, ok := p.wait(3 * time.Minute); !ok || code != 0 {
+			if code, ok := p.wait(max(time.Until(deadline), time.Second)); !ok || code != 0 {
 				t.Fatalf("worker %d: exit %d, finished %v; stderr %q", i, code, ok, p.stderr.String())
 			}
 		}
