@@ -1,12 +1,9 @@
 package etcdbackend
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -14,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lockfs/lockfs/internal/clock"
+	"github.com/lockfs/lockfs/internal/sessioncfg"
 )
 
 // Defaults.
@@ -133,18 +131,9 @@ func (c Config) withDefaults() Config {
 	if r := c.TTL % time.Second; r != 0 {
 		c.TTL += time.Second - r
 	}
-	if c.RefreshInterval == 0 {
-		c.RefreshInterval = c.TTL / 3
-	}
-	if c.Margin == 0 {
-		c.Margin = c.TTL / 10
-	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = min(DefaultRequestTimeout, c.TTL/3)
-	}
-	if c.UnavailableAfter == 0 {
-		c.UnavailableAfter = DefaultUnavailableAfter
-	}
+	t := c.timing()
+	t.Defaults(DefaultRequestTimeout, DefaultUnavailableAfter)
+	c.RefreshInterval, c.Margin, c.RequestTimeout, c.UnavailableAfter = t.RefreshInterval, t.Margin, t.RequestTimeout, t.UnavailableAfter
 	if c.WarmFor == 0 {
 		c.WarmFor = DefaultWarmFor
 	}
@@ -160,11 +149,7 @@ func (c Config) withDefaults() Config {
 		c.NoWaitGrace = DefaultNoWaitGrace
 	}
 	if c.HostID == "" {
-		h, err := os.Hostname()
-		if err != nil || h == "" {
-			h = "host"
-		}
-		c.HostID = h + "-" + randomHex(4)
+		c.HostID = sessioncfg.DefaultHostID()
 	}
 	if c.Clock == nil {
 		c.Clock = BootClock{}
@@ -195,20 +180,11 @@ func (c Config) Validate() error {
 		return errors.New("etcdbackend: a client certificate needs both the certificate and its key")
 	case d.Password != "" && d.Username == "":
 		return errors.New("etcdbackend: a password needs a user name")
-	case d.TTL < minTTL:
-		return fmt.Errorf("etcdbackend: TTL %v is under %v", d.TTL, minTTL)
-	case d.RefreshInterval <= 0 || d.RefreshInterval >= d.TTL/2:
-		return fmt.Errorf("etcdbackend: refresh interval %v must be positive and under TTL/2 (%v)", d.RefreshInterval, d.TTL/2)
-	case d.Margin <= 0 || d.Margin >= d.TTL/4:
-		return fmt.Errorf("etcdbackend: margin %v must be positive and under TTL/4 (%v)", d.Margin, d.TTL/4)
-	case d.RequestTimeout <= 0 || d.RequestTimeout >= d.TTL-d.Margin:
-		return fmt.Errorf("etcdbackend: request timeout %v must be positive and under TTL-margin (%v)", d.RequestTimeout, d.TTL-d.Margin)
-	case d.UnavailableAfter <= 0:
-		return fmt.Errorf("etcdbackend: UnavailableAfter %v must be positive", d.UnavailableAfter)
-	case len(d.HostID) > 200 || strings.ContainsFunc(d.HostID, func(r rune) bool { return r < ' ' || r == 0x7f }) || !utf8.ValidString(d.HostID):
-		return fmt.Errorf("etcdbackend: HostID %q must be printable UTF-8 of at most 200 bytes", d.HostID)
 	}
-	return nil
+	if err := d.timing().Check("etcdbackend", minTTL); err != nil {
+		return err
+	}
+	return sessioncfg.CheckHostID("etcdbackend", d.HostID)
 }
 
 // leaseTTL is the TTL the session's lease is granted with: TTL, then the
@@ -229,11 +205,11 @@ type Clock = clock.Clock
 // BootClock is the host's CLOCK_BOOTTIME, the default Clock.
 type BootClock = clock.Boot
 
-// randomHex returns n random bytes in hex.
-func randomHex(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic("etcdbackend: no randomness: " + err.Error())
-	}
-	return hex.EncodeToString(b)
+// timing is c's session timing.
+func (c Config) timing() sessioncfg.Timing {
+	return sessioncfg.Timing{TTL: c.TTL, RefreshInterval: c.RefreshInterval, Margin: c.Margin,
+		RequestTimeout: c.RequestTimeout, UnavailableAfter: c.UnavailableAfter}
 }
+
+// randomHex returns n random bytes in hex.
+var randomHex = sessioncfg.RandomHex

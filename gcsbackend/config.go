@@ -1,12 +1,9 @@
 package gcsbackend
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -14,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lockfs/lockfs/internal/clock"
+	"github.com/lockfs/lockfs/internal/sessioncfg"
 )
 
 // Defaults.
@@ -149,18 +147,9 @@ func (c Config) withDefaults() Config {
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
 	}
-	if c.RefreshInterval == 0 {
-		c.RefreshInterval = c.TTL / 3
-	}
-	if c.Margin == 0 {
-		c.Margin = c.TTL / 10
-	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = min(DefaultRequestTimeout, c.TTL/3)
-	}
-	if c.UnavailableAfter == 0 {
-		c.UnavailableAfter = DefaultUnavailableAfter
-	}
+	t := c.timing()
+	t.Defaults(DefaultRequestTimeout, DefaultUnavailableAfter)
+	c.RefreshInterval, c.Margin, c.RequestTimeout, c.UnavailableAfter = t.RefreshInterval, t.Margin, t.RequestTimeout, t.UnavailableAfter
 	if c.WarmFor == 0 {
 		c.WarmFor = DefaultWarmFor
 	}
@@ -171,11 +160,7 @@ func (c Config) withDefaults() Config {
 		c.LockDelay = c.TTL
 	}
 	if c.HostID == "" {
-		h, err := os.Hostname()
-		if err != nil || h == "" {
-			h = "host"
-		}
-		c.HostID = h + "-" + randomHex(4)
+		c.HostID = sessioncfg.DefaultHostID()
 	}
 	if c.Clock == nil {
 		c.Clock = BootClock{}
@@ -196,24 +181,17 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gcsbackend: Endpoint %q: want http://HOST:PORT or https://HOST:PORT, optionally with the path /storage/v1/", d.Endpoint)
 	case !utf8.ValidString(d.Prefix) || strings.HasPrefix(d.Prefix, "/"):
 		return fmt.Errorf("gcsbackend: Prefix %q must be UTF-8 and not start with /", d.Prefix)
-	case d.TTL < MinTTL:
-		return fmt.Errorf("gcsbackend: TTL %v is under %v", d.TTL, MinTTL)
-	case d.RefreshInterval <= 0 || d.RefreshInterval >= d.TTL/2:
-		return fmt.Errorf("gcsbackend: refresh interval %v must be positive and under TTL/2 (%v)", d.RefreshInterval, d.TTL/2)
-	case d.Margin <= 0 || d.Margin >= d.TTL/4:
-		return fmt.Errorf("gcsbackend: margin %v must be positive and under TTL/4 (%v)", d.Margin, d.TTL/4)
+	}
+	if err := d.timing().Check("gcsbackend", MinTTL); err != nil {
+		return err
+	}
+	switch {
 	case d.RefreshInterval >= d.TTL-d.Margin:
 		return fmt.Errorf("gcsbackend: refresh interval %v must be under TTL-margin (%v)", d.RefreshInterval, d.TTL-d.Margin)
-	case d.RequestTimeout <= 0 || d.RequestTimeout >= d.TTL-d.Margin:
-		return fmt.Errorf("gcsbackend: request timeout %v must be positive and under TTL-margin (%v)", d.RequestTimeout, d.TTL-d.Margin)
 	case d.WantPoll < 10*time.Millisecond:
 		return fmt.Errorf("gcsbackend: want poll interval %v is under 10ms", d.WantPoll)
-	case d.UnavailableAfter <= 0:
-		return fmt.Errorf("gcsbackend: UnavailableAfter %v must be positive", d.UnavailableAfter)
-	case len(d.HostID) > 200 || strings.ContainsFunc(d.HostID, func(r rune) bool { return r < ' ' || r == 0x7f }) || !utf8.ValidString(d.HostID):
-		return fmt.Errorf("gcsbackend: HostID %q must be printable UTF-8 of at most 200 bytes", d.HostID)
 	}
-	return nil
+	return sessioncfg.CheckHostID("gcsbackend", d.HostID)
 }
 
 // jsonAPIPath is the path of GCS's JSON API, which the Go client appends
@@ -255,11 +233,11 @@ type Clock = clock.Clock
 // BootClock is the host's CLOCK_BOOTTIME, the default Clock.
 type BootClock = clock.Boot
 
-// randomHex returns n random bytes in hex.
-func randomHex(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic("gcsbackend: no randomness: " + err.Error())
-	}
-	return hex.EncodeToString(b)
+// timing is c's session timing.
+func (c Config) timing() sessioncfg.Timing {
+	return sessioncfg.Timing{TTL: c.TTL, RefreshInterval: c.RefreshInterval, Margin: c.Margin,
+		RequestTimeout: c.RequestTimeout, UnavailableAfter: c.UnavailableAfter}
 }
+
+// randomHex returns n random bytes in hex.
+var randomHex = sessioncfg.RandomHex
