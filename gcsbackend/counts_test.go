@@ -70,7 +70,8 @@ func TestWriteCountsDepth4(t *testing.T) {
 func TestLocalHandoffCostsNothing(t *testing.T) {
 	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
-	b := newBackend(t, emu, nil)
+	// The bell's poll is no part of a hand-off: none within the window.
+	b := newBackend(t, emu, func(c *gcsbackend.Config) { c.WantPoll = time.Hour })
 	e := newEngine(t, b, nil)
 	ctx := ctxT(t, 30*time.Second)
 	if _, err := e.Acquire(ctx, request("x/y", lockmgr.Exclusive, 1, false)); err != nil {
