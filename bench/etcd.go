@@ -47,12 +47,12 @@ import (
 //     on etcd, TTL 3s, lock-delay 3s) is killed with SIGKILL while a host
 //     here waits for its lock: from the server's expiry of the holder's
 //     session lease (its last keep-alive + TTL + lock-delay, read from the
-//     server) to the waiter's grant, over GCSReps kills;
+//     server) to the waiter's grant, over min(GCSReps, 3) kills;
 //     etcd_takeover_s_after_kill_minus_ttl_and_delay: from the kill, less
 //     TTL + lock-delay (negative: the last keep-alive came before the kill).
 //   - etcd_fleet_acquires_per_s: GCSFleetHosts hosts (engines over etcd
 //     backends) churn their own locks under one parent, as the gcs fleet
-//     does, for GCSFleetDur/3; etcd_fleet_lease_losses, the holds lost;
+//     does, for GCSFleetDur/6; etcd_fleet_lease_losses, the holds lost;
 //     etcd_fleet_requests_per_s, every request of the hosts (keep-alives
 //     included). Reference: gcs_fleet_acquires_per_s if the gcs fleet ran
 //     in the same run (it runs before etcd), else the gcs goal (500).
@@ -403,7 +403,7 @@ func (e *etcdRun) takeover(ctx context.Context) error {
 		return err
 	}
 	defer cli.Close()
-	for rep := range e.r.cfg.GCSReps {
+	for rep := range min(e.r.cfg.GCSReps, 3) { // each about 7 s: make bench stays under 12 min
 		e.seq++
 		prefix := fmt.Sprintf("bench-takeover%d/", e.seq)
 		id := fmt.Sprintf("bench-etcd-holder-%d", e.seq)
@@ -534,7 +534,7 @@ func leaseExpiry(ctx context.Context, cli *clientv3.Client, lease clientv3.Lease
 // fleet: Config.GCSFleetHosts hosts on etcd, each an engine over a backend
 // with a client, session and host id of its own (default TTL), churn their
 // own locks under one shared parent as the gcs fleet does (bench/fleet.go),
-// for a third of GCSFleetDur.
+// for a sixth of GCSFleetDur (make bench stays under 12 min).
 func (e *etcdRun) fleet(ctx context.Context) error {
 	n := e.r.cfg.GCSFleetHosts
 	var lost atomic.Int64
@@ -569,7 +569,7 @@ func (e *etcdRun) fleet(ctx context.Context) error {
 	}
 	before := requests()
 	var after uint64
-	ch := e.r.churn(ctx, "etcd fleet", engines, e.r.cfg.GCSFleetDur/3, func() { after = requests() })
+	ch := e.r.churn(ctx, "etcd fleet", engines, e.r.cfg.GCSFleetDur/6, func() { after = requests() })
 	e.fleetHosts, e.fleetDur = n, ch.dur
 	e.fleetAcquires, e.fleetFailed, e.fleetLat = ch.acquires, ch.failed, ch.lat
 	e.fleetLost, e.fleetRequests = lost.Load(), after-before
