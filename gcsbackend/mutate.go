@@ -91,11 +91,10 @@ type mutateOpts struct {
 // mutate applies ed to the object until a write lands, ed refuses, or ctx
 // ends. See the comment at the top of this file.
 func (b *Backend) mutate(ctx context.Context, name string, o mutateOpts, ed edit, eff effect) (landed, error) {
-	bo := backoff.New(retryMin, retryMax)
-	bo412 := backoff.New(conflictMin, retryMax)
-	fails := b.newFailClock()
+	w := &writer{b: b, name: name, o: o, eff: eff, fails: b.newFailClock(),
+		bo: backoff.New(retryMin, retryMax), bo412: backoff.New(conflictMin, retryMax)}
 	if o.giveUp != 0 {
-		fails.limit = o.giveUp
+		w.fails.limit = o.giveUp
 	}
 	var cur *snapshot
 	if o.base != nil {
@@ -104,7 +103,7 @@ func (b *Backend) mutate(ctx context.Context, name string, o mutateOpts, ed edit
 	}
 	for {
 		if cur == nil {
-			s, err := b.readRetry(ctx, name, o.until, fails)
+			s, err := b.readRetry(ctx, name, o.until, w.fails)
 			if err != nil {
 				return landed{}, err
 			}
@@ -117,71 +116,101 @@ func (b *Backend) mutate(ctx context.Context, name string, o mutateOpts, ed edit
 		if err != nil {
 			return landed{}, err
 		}
-		next.Write = b.newWriteID()
-		payload := next.encode()
-		base := cur.gen
-		var firstSent time.Duration
-		sentOnce := false
-		for {
-			if err := b.beforeWrite(ctx, o.until); err != nil {
-				return landed{}, err
-			}
-			if !sentOnce {
-				firstSent, sentOnce = b.clock.Now(), true
-			}
-			rctx, cancel := b.requestCtx(ctx, o.until)
-			gen, oc, err := b.write(rctx, name, base, payload, next.metadata())
-			cancel()
-			if oc == outcomeOK {
-				return landed{snap: snapshot{gen: gen, rec: next}, wrote: true, sentAt: firstSent}, nil
-			}
-			if oc == outcomePermanent {
-				return landed{}, fmt.Errorf("write %s: %w", name, err)
-			}
-			if oc == outcomeTransient || oc == outcomeCanceled {
-				b.stats.ambiguous.Add(1)
-			}
-			if oc == outcomeCanceled {
-				return landed{}, &errAmbiguous{base: base, err: ctx.Err()}
-			}
-			if oc == outcomeTransient {
-				if err := fails.fail(err); err != nil {
-					return landed{}, &errAmbiguous{base: base, err: err}
-				}
-				if err := b.sleep(ctx, bo.Next()); err != nil {
-					return landed{}, &errAmbiguous{base: base, err: err}
-				}
-			}
+		l, moved, err := w.send(ctx, cur.gen, next)
+		if err != nil || moved == nil {
+			return l, err
+		}
+		cur = moved // the object moved on without this write: edit again
+	}
+}
+
+// writer is one mutation's state across its edits: where it writes, and
+// the backoffs and failure clock every attempt shares.
+type writer struct {
+	b         *Backend
+	name      string
+	o         mutateOpts
+	eff       effect
+	fails     *failClock
+	bo, bo412 *backoff.Backoff
+}
+
+// send writes next conditionally on generation base until it lands, the
+// mutation fails, or the object moves on without it (moved: the version
+// to edit again).
+func (w *writer) send(ctx context.Context, base int64, next *record) (_ landed, moved *snapshot, _ error) {
+	b := w.b
+	next.Write = b.newWriteID()
+	payload := next.encode()
+	var firstSent time.Duration
+	sentOnce := false
+	for {
+		if err := b.beforeWrite(ctx, w.o.until); err != nil {
+			return landed{}, nil, err
+		}
+		if !sentOnce {
+			firstSent, sentOnce = b.clock.Now(), true
+		}
+		rctx, cancel := b.requestCtx(ctx, w.o.until)
+		gen, oc, err := b.write(rctx, w.name, base, payload, next.metadata())
+		cancel()
+		if oc == outcomeOK {
+			return landed{snap: snapshot{gen: gen, rec: next}, wrote: true, sentAt: firstSent}, nil, nil
+		}
+		if err := w.afterMiss(ctx, oc, base, err); err != nil {
+			return landed{}, nil, err
+		}
+		// Read back: did it land?
+		s, err := b.readRetry(ctx, w.name, w.o.until, w.fails)
+		if err != nil {
 			if oc == outcomePrecondition {
-				// Another writer came first: back off too, and count it,
-				// so that a stream of 412s (a misrouted endpoint, a hot
-				// object) neither spins nor runs for ever.
-				if err := fails.fail(fmt.Errorf("412: %w", err)); err != nil {
-					return landed{}, err
-				}
-				if err := b.sleep(ctx, bo412.Next()); err != nil {
-					return landed{}, err
-				}
+				return landed{}, nil, err
 			}
-			// Read back: did it land?
-			s, err := b.readRetry(ctx, name, o.until, fails)
-			if err != nil {
-				if oc == outcomePrecondition {
-					return landed{}, err
-				}
-				return landed{}, &errAmbiguous{base: base, err: err}
-			}
-			if s.rec != nil && (s.rec.Write == next.Write || (eff != nil && eff(s.rec))) {
-				b.stats.recognised.Add(1)
-				return landed{snap: s, wrote: true, sentAt: firstSent}, nil
-			}
-			if s.gen == base {
-				continue // nothing landed yet: send the same write again
-			}
-			cur = &s // the object moved on without this write
-			break
+			return landed{}, nil, &errAmbiguous{base: base, err: err}
+		}
+		if s.rec != nil && (s.rec.Write == next.Write || (w.eff != nil && w.eff(s.rec))) {
+			b.stats.recognised.Add(1)
+			return landed{snap: s, wrote: true, sentAt: firstSent}, nil, nil
+		}
+		if s.gen != base {
+			return landed{}, &s, nil
+		}
+		// Nothing landed yet: send the same write again.
+	}
+}
+
+// afterMiss decides after a write that did not land with outcome oc: a
+// permanent failure or an ended ctx ends the mutation (ambiguous if the
+// write may still land); a transient failure or a 412 counts against the
+// failure clock and backs off before the read-back.
+func (w *writer) afterMiss(ctx context.Context, oc outcome, base int64, err error) error {
+	b := w.b
+	switch oc {
+	case outcomePermanent:
+		return fmt.Errorf("write %s: %w", w.name, err)
+	case outcomeCanceled:
+		b.stats.ambiguous.Add(1)
+		return &errAmbiguous{base: base, err: ctx.Err()}
+	case outcomeTransient:
+		b.stats.ambiguous.Add(1)
+		if err := w.fails.fail(err); err != nil {
+			return &errAmbiguous{base: base, err: err}
+		}
+		if err := b.sleep(ctx, w.bo.Next()); err != nil {
+			return &errAmbiguous{base: base, err: err}
+		}
+	case outcomePrecondition:
+		// Another writer came first: back off too, and count it, so that
+		// a stream of 412s (a misrouted endpoint, a hot object) neither
+		// spins nor runs for ever.
+		if err := w.fails.fail(fmt.Errorf("412: %w", err)); err != nil {
+			return err
+		}
+		if err := b.sleep(ctx, w.bo412.Next()); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
 // readRetry reads the object, retrying transient failures with backoff
