@@ -29,7 +29,7 @@
 // them towards UnavailableAfter, and resolves a write whose reply was lost
 // by reading back.
 //
-// # Sessions (session.go, observe.go)
+// # Sessions (session.go, heartbeat.go, observe.go)
 //
 // One heartbeat write per host about every RefreshInterval keeps every
 // claim alive; the host vouches until TTL-Margin after the send of its last
@@ -38,14 +38,14 @@
 // on their own monotonic clock, and declare it dead with a conditional
 // write; records of dead sessions count as absent.
 //
-// # Claims (claim.go)
+// # Claims (scan.go, claim.go, record.go)
 //
 // Scan (reads and listings in parallel), write the record into the lock's
 // own object (one conditional write, bumping the epoch), verify (the same
 // reads). A conflict seen after the write: the claim with priority keeps
 // its record and waits; the other withdraws. Waiters poll with reads.
 //
-// # Warm records, wants, bells and turns (lease.go, wants.go, bell.go)
+// # Warm records, wants, bells and turns (lease.go, wants.go, wantserve.go, bell.go)
 //
 // A release keeps the record warm (no request); taking the lock again costs
 // none. A waiter asks the holder with a want object and rings the holder's
