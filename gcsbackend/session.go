@@ -167,13 +167,38 @@ func (b *Backend) ensureSession(ctx context.Context, giveUp time.Duration) (*ses
 		TTLMillis: b.cfg.TTL.Milliseconds(), StaleMillis: b.cfg.TTL.Milliseconds(), Since: wall, Refreshed: wall,
 		Write: b.newWriteID(), LockDelayMillis: ptr(b.cfg.lockDelay().Milliseconds())}
 	name := b.sessionName(id)
+	gen, first, err := b.createSession(ctx, name, doc, giveUp)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{id: id, name: name, lostc: make(chan struct{}), doc: doc, gen: gen,
+		lastSent: first, validUntil: first + b.cfg.vouch(), refreshDue: first + backoff.Jitter(b.cfg.RefreshInterval)}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, errBackendClosed
+	}
+	b.sess = s
+	b.mu.Unlock()
+	b.stats.sessions.Add(1)
+	b.log.WithField("session", id).Info("session started")
+	b.wake()
+	return s, nil
+}
+
+// createSession writes a new session's object doc at name, which must not
+// exist: a write without an answer is retried, and a 412 or a retry reads
+// back whether an earlier copy landed. It returns the object's generation
+// and when the first copy was sent, from which the session's validity
+// counts.
+func (b *Backend) createSession(ctx context.Context, name string, doc sessionDoc, giveUp time.Duration) (gen int64, first time.Duration, _ error) {
 	fails := b.newFailClock()
 	fails.limit = giveUp
 	bo := backoff.New(retryMin, retryMax)
-	first := time.Duration(-1)
+	first = -1
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return 0, 0, err
 		}
 		if first < 0 {
 			first = b.clock.Now()
@@ -183,97 +208,41 @@ func (b *Backend) ensureSession(ctx context.Context, giveUp time.Duration) (*ses
 		cancel()
 		switch oc {
 		case outcomeOK:
+			return gen, first, nil
 		case outcomePermanent:
-			return nil, fmt.Errorf("start session %s: %w", name, err)
+			return 0, 0, fmt.Errorf("start session %s: %w", name, err)
 		case outcomeCanceled:
-			return nil, ctx.Err()
-		default:
-			// 412 (an earlier copy of this write landed) or no answer:
-			// read back.
-			if oc != outcomePrecondition {
-				b.stats.ambiguous.Add(1)
-				if err := fails.fail(err); err != nil {
-					return nil, fmt.Errorf("start session: %w", err)
-				}
-				if err := b.sleep(ctx, bo.Next()); err != nil {
-					return nil, err
-				}
-			}
-			rctx, cancel := b.requestCtx(ctx, 0)
-			g, body, roc, rerr := b.readRaw(rctx, name)
-			cancel()
-			if roc != outcomeOK {
-				if err := fails.fail(rerr); err != nil {
-					return nil, fmt.Errorf("start session: %w", err)
-				}
-				continue
-			}
-			if g == 0 {
-				continue // nothing landed: send again
-			}
-			d, derr := decodeSession(name, body)
-			if derr != nil || d.Write != doc.Write {
-				return nil, fmt.Errorf("start session: object %s exists and is not ours", name)
-			}
-			b.stats.recognised.Add(1)
-			gen = g
+			return 0, 0, ctx.Err()
 		}
-		s := &session{id: id, name: name, lostc: make(chan struct{}), doc: doc, gen: gen,
-			lastSent: first, validUntil: first + b.cfg.vouch(), refreshDue: first + backoff.Jitter(b.cfg.RefreshInterval)}
-		b.mu.Lock()
-		if b.closed {
-			b.mu.Unlock()
-			return nil, errBackendClosed
-		}
-		b.sess = s
-		b.mu.Unlock()
-		b.stats.sessions.Add(1)
-		b.log.WithField("session", id).Info("session started")
-		b.wake()
-		return s, nil
-	}
-}
-
-// heartbeater keeps the session alive: one conditional write every
-// RefreshInterval (jittered), and the loss of the session when its
-// validity ends.
-func (b *Backend) heartbeater() {
-	defer b.workers.Done()
-	for {
-		now := b.clock.Now()
-		next := now + idleWake
-		if s := b.currentSession(); s != nil {
-			s.mu.Lock()
-			due, until := s.refreshDue, s.validUntil
-			s.mu.Unlock()
-			if now >= due && !b.paused.Load() {
-				if err := b.heartbeat(s); err != nil && b.closeCtx.Err() == nil {
-					if s.err(b.clock.Now()) != nil || errors.Is(err, errSessionDead) {
-						b.loseSession(s, err)
-					} else {
-						b.log.WithError(err).Warn("heartbeat failed; retrying")
-						s.mu.Lock()
-						s.refreshDue = b.clock.Now() + refreshRetry
-						s.mu.Unlock()
-					}
-				}
-				continue
+		// 412 (an earlier copy of this write landed) or no answer: read
+		// back.
+		if oc != outcomePrecondition {
+			b.stats.ambiguous.Add(1)
+			if err := fails.fail(err); err != nil {
+				return 0, 0, fmt.Errorf("start session: %w", err)
 			}
-			next = min(due, until)
-			if b.paused.Load() {
-				next = until
+			if err := b.sleep(ctx, bo.Next()); err != nil {
+				return 0, 0, err
 			}
-			next = min(next, now+wakeCheck)
 		}
-		c, stop := b.clock.Timer(max(next-now, time.Millisecond))
-		select {
-		case <-c:
-		case <-b.kick:
-		case <-b.closeCtx.Done():
-			stop()
-			return
+		rctx, cancel = b.requestCtx(ctx, 0)
+		g, body, roc, rerr := b.readRaw(rctx, name)
+		cancel()
+		if roc != outcomeOK {
+			if err := fails.fail(rerr); err != nil {
+				return 0, 0, fmt.Errorf("start session: %w", err)
+			}
+			continue
 		}
-		stop()
+		if g == 0 {
+			continue // nothing landed: send again
+		}
+		d, derr := decodeSession(name, body)
+		if derr != nil || d.Write != doc.Write {
+			return 0, 0, fmt.Errorf("start session: object %s exists and is not ours", name)
+		}
+		b.stats.recognised.Add(1)
+		return g, first, nil
 	}
 }
 
@@ -293,96 +262,6 @@ const refreshRetry = 200 * time.Millisecond
 
 // errSessionDead: another host declared the session dead.
 var errSessionDead = errors.New("another host declared this host's session dead (it saw no heartbeat for the TTL)")
-
-// heartbeat writes the next version of the session object, on condition of
-// the last one's generation, resolving lost replies by reading back. Every
-// request is bounded by the session's validity.
-func (b *Backend) heartbeat(s *session) error {
-	s.mu.Lock()
-	doc := s.doc
-	base := s.gen
-	until := s.validUntil
-	s.mu.Unlock()
-	doc.Seq++
-	doc.Refreshed = b.wallNow()
-	doc.Write = b.newWriteID()
-	bo := backoff.New(retryMin, retryMax)
-	ctx := b.closeCtx
-	first := time.Duration(-1)
-	for {
-		if err := b.beforeWrite(ctx, until); err != nil {
-			return err
-		}
-		if first < 0 {
-			first = b.clock.Now()
-		}
-		rctx, cancel := b.requestCtx(ctx, until)
-		gen, oc, err := b.write(rctx, s.name, base, doc.encode(), doc.metadata())
-		cancel()
-		if oc == outcomeOK {
-			b.landHeartbeat(s, doc, gen, first)
-			return nil
-		}
-		if oc == outcomeCanceled {
-			return ctx.Err()
-		}
-		if oc == outcomePermanent {
-			return fmt.Errorf("heartbeat: %w", err)
-		}
-		if oc == outcomeTransient {
-			b.stats.ambiguous.Add(1)
-			if err := b.sleep(ctx, min(bo.Next(), max(until-b.clock.Now(), time.Millisecond))); err != nil {
-				return err
-			}
-		}
-		for {
-			if err := b.beforeWrite(ctx, until); err != nil {
-				return err
-			}
-			rctx, cancel := b.requestCtx(ctx, until)
-			g, body, roc, rerr := b.readRaw(rctx, s.name)
-			cancel()
-			if roc == outcomeOK {
-				var d *sessionDoc
-				if g != 0 {
-					d, _ = decodeSession(s.name, body)
-				}
-				switch {
-				case d != nil && d.Write == doc.Write:
-					b.stats.recognised.Add(1)
-					b.landHeartbeat(s, doc, g, first)
-					return nil
-				case g == base:
-				// nothing landed yet: send the same write again
-				default:
-					return errSessionDead
-				}
-				break
-			}
-			if roc == outcomeCanceled {
-				return ctx.Err()
-			}
-			if roc == outcomePermanent {
-				return fmt.Errorf("heartbeat read-back: %w", rerr)
-			}
-			if err := b.sleep(ctx, min(bo.Next(), max(until-b.clock.Now(), time.Millisecond))); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-func (b *Backend) landHeartbeat(s *session, doc sessionDoc, gen int64, sent time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.doc, s.gen = doc, gen
-	if sent >= s.lastSent {
-		s.lastSent = sent
-		s.validUntil = sent + b.cfg.vouch()
-		s.refreshDue = sent + backoff.Jitter(b.cfg.RefreshInterval)
-	}
-	b.stats.refreshes.Add(1)
-}
 
 // loseSession ends s for good: every lease of it is lost with cause, its
 // records are forgotten (other hosts treat them as absent once they see
