@@ -1,7 +1,6 @@
 package gcsbackend_test
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -31,7 +30,7 @@ func TestCrashTakeover(t *testing.T) {
 	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	prefix := "test/" + t.Name() + "/"
-	cmd, _, _ := startHolder(t, emu, prefix, "x,y")
+	h, _ := startHolder(t, emu, prefix, "x,y")
 
 	withPrefix := func(c *gcsbackend.Config) { c.Prefix = prefix }
 	watcher := newBackend(t, emu, withPrefix)
@@ -52,10 +51,10 @@ func TestCrashTakeover(t *testing.T) {
 	}()
 	time.Sleep(2 * time.Second) // the watcher sees a couple of heartbeats
 	killed := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := h.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Wait()
+	<-h.Done
 	lastBeat := emu.LastHeartbeat(t, prefix, "crashing-host")
 
 	poller := newBackend(t, emu, withPrefix)
@@ -196,47 +195,23 @@ func TestPartitionedHostLosesLease(t *testing.T) {
 }
 
 // startHolder runs the test binary as another host that claims locks (a
-// comma-separated list) exclusively, and returns it once it holds them,
-// with its first lock's token and the channel of its further output lines.
-func startHolder(t *testing.T, emu *gcstest.Emulator, prefix, locks string) (*exec.Cmd, uint64, <-chan string) {
+// comma-separated list) exclusively, in a session of its own, and returns
+// it once it holds them, with its first lock's token; its further output
+// lines come on the child's Lines.
+func startHolder(t *testing.T, emu *gcstest.Emulator, prefix, locks string) (*testutil.Child, uint64) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "GCSBACKEND_HELPER=hold", "GCSBACKEND_BUCKET="+emu.Bucket,
 		"GCSBACKEND_PREFIX="+prefix, "GCSBACKEND_ENDPOINT="+emu.Endpoint(),
 		"GCSBACKEND_TTL="+testTTL.String(), "GCSBACKEND_LOCKS="+locks)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	h := testutil.StartChild(t, cmd)
+	s := h.Line(30 * time.Second)
+	var tok uint64
+	if _, err := fmt.Sscanf(s, "held %d", &tok); err != nil {
+		t.Fatalf("helper said %q", s)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGCONT)
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	lines := make(chan string, 4)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	select {
-	case s := <-lines:
-		var tok uint64
-		if _, err := fmt.Sscanf(s, "held %d", &tok); err != nil {
-			t.Fatalf("helper said %q", s)
-		}
-		return cmd, tok, lines
-	case <-time.After(30 * time.Second):
-		t.Fatal("helper did not take its locks")
-	}
-	return nil, 0, nil
+	return h, tok
 }
 
 // A holder stopped with SIGSTOP past its TTL (heartbeats and all): the other
@@ -248,14 +223,14 @@ func TestStoppedHolderLosesLease(t *testing.T) {
 	testutil.CheckGoroutinesOf(t, "github.com/lockfs/lockfs/gcsbackend")
 	emu := gcstest.Start(t)
 	prefix := "test/" + t.Name() + "/"
-	cmd, tokA, lines := startHolder(t, emu, prefix, "s")
+	h, tokA := startHolder(t, emu, prefix, "s")
 	b := newBackend(t, emu, func(c *gcsbackend.Config) { c.Prefix = prefix })
 	ctx := ctxT(t, 60*time.Second)
 	if _, err := b.Claim(ctx, dirLock("s"), lockmgr.Exclusive, false); !errors.Is(err, lockmgr.ErrWouldBlock) {
 		t.Fatalf("claim while the other host holds s: %v", err)
 	}
 	stopped := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := h.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond) // a heartbeat in flight lands
@@ -270,11 +245,11 @@ func TestStoppedHolderLosesLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumed := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := h.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case s := <-lines:
+	case s := <-h.Lines:
 		t.Logf("stopped holder, resumed: %q after %v", s, time.Since(resumed).Round(time.Millisecond))
 		if !strings.HasPrefix(s, "lost ") || !strings.Contains(s, "lease lost") {
 			t.Errorf("helper said %q, want its loss", s)
