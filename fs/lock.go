@@ -7,14 +7,11 @@ import (
 	"math"
 	"os"
 	"slices"
-	"syscall"
 
 	"bazil.org/fuse"
 	fusefs "bazil.org/fuse/fs"
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
 
-	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -368,113 +365,4 @@ func (h *controlHandle) dropOwnerLocked(owner lockmgr.Owner) {
 	if i := slices.Index(h.owners, owner); i >= 0 {
 		h.owners = slices.Delete(h.owners, i, i+1)
 	}
-}
-
-// permit checks the requester's permission on the directory (SPEC §3): a
-// shared lock needs read permission, an exclusive one (and so every usage
-// lock) write permission. Root may take any lock.
-func (n *controlNode) permit(ctx context.Context, call lockCall) error {
-	if call.uid == 0 {
-		return nil
-	}
-	need := uint32(4) // r
-	if call.mode == lockmgr.Exclusive || n.kind == lockmgr.KindUsage {
-		need = 2 // w
-	}
-	var a fuse.Attr
-	if err := n.dir.Attr(ctx, &a); err != nil {
-		return fmt.Errorf("directory attributes: %w", err)
-	}
-	perm := uint32(a.Mode.Perm())
-	var bits uint32
-	switch {
-	case call.uid == a.Uid:
-		bits = perm >> 6
-	case call.gid == a.Gid || procinfo.InGroups("", call.tid, a.Gid):
-		bits = perm >> 3
-	default:
-		bits = perm
-	}
-	if bits&need == 0 {
-		return fmt.Errorf("%s lock needs %s permission on %q: %w",
-			call.mode, map[uint32]string{4: "read", 2: "write"}[need], call.id.Path, errPermission)
-	}
-	return nil
-}
-
-// lockErrno maps an error of a lock call to the errno the caller sees
-// (SPEC §3). It is the one place that does.
-func lockErrno(err error) syscall.Errno {
-	var en fuse.ErrorNumber
-	switch {
-	case errors.Is(err, lockmgr.ErrWouldBlock):
-		return syscall.EAGAIN
-	case errors.Is(err, lockmgr.ErrDeadlock):
-		return syscall.EDEADLK
-	case errors.Is(err, lockmgr.ErrInvalid):
-		return syscall.EINVAL
-	case errors.Is(err, lockmgr.ErrLeaseLost):
-		return syscall.EIO
-	case errors.Is(err, lockmgr.ErrUnavailable), errors.Is(err, lockmgr.ErrClosed):
-		return syscall.ENOLCK
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return syscall.EINTR
-	case errors.Is(err, errPermission):
-		return syscall.EACCES
-	case errors.Is(err, os.ErrNotExist):
-		// The directory is gone (acquire).
-		return syscall.ENOENT
-	case errors.As(err, &en):
-		return syscall.Errno(en.Errno())
-	}
-	return syscall.EIO
-}
-
-// refuse logs a refused or failed lock call, at the level its errno
-// deserves, and returns the errno for bazil to answer with. Refusals
-// (EWOULDBLOCK, EDEADLK, EACCES, EINVAL...) are logged at info and name the
-// holder in the way; at most one line per lock per refusalWindow, the next
-// one counting those left out. An interrupted wait (a signal, a flock -w
-// timeout, the waiter's death) is routine: debug.
-func (c *controlState) refuse(call lockCall, err error) error {
-	errno := lockErrno(err)
-	pid := call.pid
-	if pid == 0 {
-		pid = call.tid
-	}
-	fields := logrus.Fields{
-		"op":    call.op,
-		"path":  lockmgr.QuoteName(call.id.String()),
-		"kind":  call.id.Kind.String(),
-		"mode":  call.mode.String(),
-		"owner": call.owner.String(),
-		"pid":   pid,
-		"tid":   call.tid,
-		"uid":   call.uid,
-		"errno": unix.ErrnoName(errno),
-	}
-	if errno == syscall.EINTR {
-		c.log.WithError(err).WithFields(fields).Debug("lock wait interrupted (signal, timeout or the waiter's death)")
-		return errno
-	}
-	ok, suppressed := c.refusals.allow(call.id)
-	if !ok {
-		return errno
-	}
-	if suppressed > 0 {
-		fields["suppressed"] = suppressed
-	}
-	if call.op != "unlock" && call.op != "flush" && call.op != "release" && (errno == syscall.EAGAIN || errno == syscall.EDEADLK) {
-		fields["blocked_by"] = c.blocker(lockmgr.Request{Lock: call.id, Mode: call.mode, Owner: call.owner, TID: call.tid, UID: call.uid})
-	}
-	e := c.log.WithError(err).WithFields(fields)
-	switch errno {
-	case syscall.EIO:
-		e.Error("lock request failed")
-	case syscall.ENOLCK:
-		e.Warn("lock request failed")
-	default:
-		e.Info("lock request refused")
-	}
-	return errno
 }
