@@ -60,11 +60,6 @@ type Backend struct {
 	// before its transaction, as it once did, instead of applying the
 	// watch's deletions to its snapshot.
 	noApplyDeletes bool
-	// perLockWants is a test hook: a claim sees the wants of its own lock
-	// only, not those of its ancestors' directory locks or (exclusive
-	// directory claims) of the locks inside: the old rule, under which a
-	// waiter for a directory is overtaken by claims inside it.
-	perLockWants bool
 
 	// closeCtx is cancelled when Close begins: it ends waits and the
 	// background loops.

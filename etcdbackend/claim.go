@@ -372,7 +372,7 @@ func (b *Backend) blockers(snap *snapshot, c *ownClaim, sess *session, mode lock
 	b.mu.Lock()
 	upgrading := c.sess == sess && c.mode == lockmgr.Shared && mode == lockmgr.Exclusive
 	for _, w := range snap.wants {
-		if w.sid == sess.sid || !conflicts(w.id, w.mode, c.id, mode) || (myWant != 0 && w.rev > myWant) {
+		if w.sid == sess.sid || !lockmgr.Conflicts(w.mode, mode) || (myWant != 0 && w.rev > myWant) {
 			continue
 		}
 		if upgrading && myWant != 0 && snap.holds(w.sid, c.id, lockmgr.Shared) {

@@ -2,7 +2,6 @@ package etcdbackend_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -115,93 +114,6 @@ func TestHandoffNoRead(t *testing.T) {
 				t.Errorf("a hand-off cost the waiter %d wants, want 1", n)
 			}
 			t.Logf("waiter: %d claim transactions, %d reads, %d watches", after.Txns-before.Txns, after.Reads-before.Reads, after.Watches-before.Watches)
-		})
-	}
-}
-
-// A waiter for a directory takes its turn before new claims inside it: a
-// claim on D/x, held by host A, is contended once host B waits for D; when
-// A gives D/x up, A's claim on D/x again queues behind B's want (without
-// wait: refused) while B still waits for host C's claim on D/y; B gets D
-// once C releases, and A's waiting claim gets D/x after B. Control: with
-// wants per lock only (the old rule), A's claim overtakes B's want.
-func TestDirectoryWaiterTurn(t *testing.T) {
-	c := etcdtest.Start(t)
-	for _, tc := range []struct {
-		name    string
-		perLock bool
-	}{{"dir-wants", false}, {"control-per-lock-wants", true}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			a, b, cc := newBackend(t, c), newBackend(t, c), newBackend(t, c)
-			if tc.perLock {
-				a.PerLockWants()
-			}
-			la := mustClaim(t, a, dir("d/x"), lockmgr.Exclusive)
-			lc := mustClaim(t, cc, dir("d/y"), lockmgr.Exclusive)
-			gotB := make(chan lockmgr.Lease, 1)
-			go func() {
-				l, err := b.Claim(ctx, dir("d"), lockmgr.Exclusive, true)
-				if err != nil {
-					t.Error(err)
-				}
-				gotB <- l
-			}()
-			select {
-			case <-la.(lockmgr.ContendedLease).Contended():
-			case <-time.After(time.Minute):
-				t.Fatal("a claim inside d was not told that another host waits for d")
-			}
-			la.Release(ctx)
-			l, err := a.Claim(ctx, dir("d/x"), lockmgr.Exclusive, false)
-			if tc.perLock {
-				if err != nil {
-					t.Fatalf("control: with wants per lock, a's claim of d/x: %v, want granted", err)
-				}
-				l.Release(ctx)
-				lc.Release(ctx)
-				if lb := <-gotB; lb != nil {
-					lb.Release(ctx)
-				}
-				return
-			}
-			if !errors.Is(err, lockmgr.ErrWouldBlock) {
-				t.Fatalf("a's claim of d/x while b waits for d: %v, want ErrWouldBlock", err)
-			}
-			gotA := make(chan lockmgr.Lease, 1)
-			go func() {
-				l, err := a.Claim(ctx, dir("d/x"), lockmgr.Exclusive, true)
-				if err != nil {
-					t.Error(err)
-				}
-				gotA <- l
-			}()
-			lc.Release(ctx)
-			var lb lockmgr.Lease
-			select {
-			case lb = <-gotB:
-			case l := <-gotA:
-				t.Fatalf("a got d/x before b got d (lease %v)", l)
-			case <-time.After(time.Minute):
-				t.Fatal("b did not get d after c released d/y")
-			}
-			if lb == nil {
-				t.FailNow()
-			}
-			select {
-			case l := <-gotA:
-				t.Fatalf("a got d/x while b holds d (lease %v)", l)
-			case <-time.After(200 * time.Millisecond):
-			}
-			lb.Release(ctx)
-			select {
-			case l := <-gotA:
-				if l != nil {
-					l.Release(ctx)
-				}
-			case <-time.After(time.Minute):
-				t.Fatal("a did not get d/x after b released d")
-			}
 		})
 	}
 }

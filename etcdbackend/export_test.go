@@ -23,6 +23,3 @@ func (b *Backend) SessionLease() int64 {
 // NoApplyDeletes makes a woken claim read again before its transaction
 // (test hook).
 func (b *Backend) NoApplyDeletes() { b.noApplyDeletes = true }
-
-// PerLockWants makes claims see their own lock's wants only (test hook).
-func (b *Backend) PerLockWants() { b.perLockWants = true }

@@ -59,7 +59,9 @@ func (b *Backend) lockPrefix(id lockmgr.LockID) string {
 func (b *Backend) claimKey(id lockmgr.LockID, sid string) string { return b.lockPrefix(id) + sid }
 
 // wantPrefix is the prefix of the want keys of one lock.
-func (b *Backend) wantPrefix(id lockmgr.LockID) string { return b.wantsOf(b.lockPrefix(id)) }
+func (b *Backend) wantPrefix(id lockmgr.LockID) string {
+	return b.cfg.Prefix + "wants/" + strings.TrimPrefix(b.lockPrefix(id), b.cfg.Prefix+"claims/")
+}
 
 // wantKey is session sid's want key on id.
 func (b *Backend) wantKey(id lockmgr.LockID, sid string) string { return b.wantPrefix(id) + sid }
@@ -177,12 +179,10 @@ func covers(a lockmgr.LockID, m lockmgr.Mode, b lockmgr.LockID) bool {
 }
 
 // ranges are the key ranges a claim on id in mode must see free of other
-// hosts' conflicting claims and earlier wants: id's own claims (or, for an
-// exclusive directory claim, everything inside id's directory), the
-// directory locks of id's ancestors (and of id's own directory, for the
-// new-dir and usage kinds), and the want keys of the same locks: the
-// queue of every lock whose claim would conflict, so that a waiter for a
-// directory is queued against claims inside it and the reverse.
+// hosts' conflicting claims: id's own claims (or, for an exclusive
+// directory claim, everything inside id's directory), the directory
+// locks of id's ancestors (and of id's own directory, for the new-dir and
+// usage kinds), and id's wants (the queue).
 func (b *Backend) ranges(id lockmgr.LockID, mode lockmgr.Mode) []keyRange {
 	if b.noHierarchy {
 		return []keyRange{prefixRange(b.lockPrefix(id)), prefixRange(b.wantPrefix(id))}
@@ -199,19 +199,7 @@ func (b *Backend) ranges(id lockmgr.LockID, mode lockmgr.Mode) []keyRange {
 	if id.Kind != lockmgr.KindDir {
 		rs = append(rs, prefixRange(b.lockPrefix(lockmgr.LockID{Path: id.Path, Kind: lockmgr.KindDir})))
 	}
-	if b.perLockWants {
-		return append(rs, prefixRange(b.wantPrefix(id)))
-	}
-	for _, r := range rs[:len(rs):len(rs)] {
-		rs = append(rs, prefixRange(b.wantsOf(r.key)))
-	}
-	return rs
-}
-
-// wantsOf maps a prefix of claim keys to the prefix of the want keys of
-// the same locks.
-func (b *Backend) wantsOf(claims string) string {
-	return b.cfg.Prefix + "wants/" + strings.TrimPrefix(claims, b.cfg.Prefix+"claims/")
+	return append(rs, prefixRange(b.wantPrefix(id)))
 }
 
 // validID checks a lock id as the engine hands it over.
