@@ -33,7 +33,7 @@ import (
 // kernel tells the daemon of the last close asynchronously, PROTOCOL.md
 // §3: EWOULDBLOCK, or EDEADLK if the descriptor held a usage lock) and, where the mode says so, after a release through the other
 // mount (a kept shared flock, §11, also of the ancestor holds a refused
-// request gave back, or a release still on its way to the bucket); such a refusal is retried, with backoff, for up to 5 s. A
+// request gave back, or a release still on its way to the bucket); such a refusal is retried, with backoff, for up to 20 s. A
 // grant the model refuses is never allowed.
 //
 // It runs with the local backend (keep on and off) and with the gcs
@@ -272,9 +272,15 @@ type protoRig struct {
 	callTrace
 }
 
+// The windows are wide for a loaded 2-core machine: there the kernel's
+// FUSE_RELEASE, or a release's way to the bucket, came later than 2 s
+// after the close (the check failed with 2 s and 5 s under a full make
+// test beside other suites). A refusal the model does not make must still
+// end within transientRetry, and a grant the model refuses is never
+// allowed.
 const (
-	transientWindow = 2 * time.Second
-	transientRetry  = 5 * time.Second
+	transientWindow = 10 * time.Second
+	transientRetry  = 20 * time.Second
 )
 
 // protoOwnerScript is one owner process: it opens control files, locks
