@@ -58,7 +58,7 @@ func newServerSrc(t *testing.T) (*lockmgr.Engine, string, chan lockmgr.LostHold,
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(t.TempDir(), "x.sock")
+	sock := filepath.Join(testutil.SocketDir(t), "x.sock")
 	if err := s.Listen(sock); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,9 @@ func TestStatusShowsWaiterBlockedOutside(t *testing.T) {
 			return false
 		}
 		waiter = r.Locks[0].Waiters[0]
-		return true
+		// The request passes its implicit step on . first: wait for it
+		// to reach its own.
+		return waiter.Mode == "exclusive"
 	})
 	if waiter.Blocker != "another process or daemon on this host (backing file)" || waiter.Mode != "exclusive" || waiter.PID != os.Getpid() {
 		t.Errorf("waiter %+v", waiter)

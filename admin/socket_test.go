@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // TestSocketPathDistinct: mountpoints that the old "/" -> "-" mapping sent
@@ -68,7 +70,7 @@ func deadSocket(t *testing.T, path string) {
 // not a socket are left alone. The control is the live socket, which the
 // same code must not touch.
 func TestRemoveStale(t *testing.T) {
-	dir := t.TempDir()
+	dir := testutil.SocketDir(t)
 	old := time.Now().Add(-time.Minute)
 	dead := filepath.Join(dir, "dead.sock")
 	deadSocket(t, dead)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockfs/lockfs/admin"
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // TestAdminSocketNames: mounts at DIR/a-b and DIR/a/b, whose admin sockets
@@ -20,7 +21,7 @@ func TestAdminSocketNames(t *testing.T) {
 	requireFUSE(t)
 	requireRoot(t)
 	base := t.TempDir()
-	adminDir := filepath.Join(base, "run")
+	adminDir := filepath.Join(testutil.SocketDir(t), "run")
 	var mounts []*Mount
 	for _, name := range []string{"a-b", "a/b"} {
 		src, mnt := filepath.Join(base, "src", name), filepath.Join(base, "mnt", name)

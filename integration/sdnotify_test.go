@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // TestSystemdNotify: run as a Type=notify service would be (NOTIFY_SOCKET
@@ -17,7 +19,7 @@ import (
 func TestSystemdNotify(t *testing.T) {
 	requireFUSE(t)
 	base := t.TempDir()
-	sock := filepath.Join(base, "notify.sock")
+	sock := filepath.Join(testutil.SocketDir(t), "notify.sock")
 	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)

@@ -125,7 +125,7 @@ func TestStatusAllMounts(t *testing.T) {
 // with the other mount's --admin-dir, that mount is shown.
 func TestStatusOtherAdminDir(t *testing.T) {
 	requireRoot(t)
-	adminDir := filepath.Join(t.TempDir(), "run")
+	adminDir := filepath.Join(testutil.SocketDir(t), "run")
 	m1 := mount(t)
 	m2 := mount(t, withArgs("--admin-dir", adminDir))
 	h := holder(t, m1.path("a/.lock"), "-x")
