@@ -12,9 +12,7 @@ import (
 // tid, as ROOT/TID/status lists them ("" means Root). A thread that is
 // gone has none.
 func InGroups(root string, tid int, gid uint32) bool {
-	if root == "" {
-		root = Root
-	}
+	root = rootOr(root)
 	f, err := os.Open(filepath.Join(root, strconv.Itoa(tid), "status"))
 	if err != nil {
 		return false
@@ -40,9 +38,7 @@ func InGroups(root string, tid int, gid uint32) bool {
 // ROOT/PID/fd shows its links ("" means Root). An error means its
 // descriptors could not be read (it is gone, or /proc hides them).
 func HasOpen(root string, pid int, path string) (bool, error) {
-	if root == "" {
-		root = Root
-	}
+	root = rootOr(root)
 	dir := filepath.Join(root, strconv.Itoa(pid), "fd")
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -61,9 +57,7 @@ func ThreadOf(root string, tid, pid int) bool {
 	if tid <= 0 {
 		return false
 	}
-	if root == "" {
-		root = Root
-	}
+	root = rootOr(root)
 	_, err := os.Stat(filepath.Join(root, strconv.Itoa(pid), "task", strconv.Itoa(tid)))
 	return err == nil
 }

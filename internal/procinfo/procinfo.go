@@ -24,6 +24,15 @@ import (
 // Root is the usual procfs mountpoint.
 const Root = "/proc"
 
+// rootOr returns root, or Root if root is "": the procfs mountpoint the
+// functions of this package read, a fake one in tests.
+func rootOr(root string) string {
+	if root == "" {
+		return Root
+	}
+	return root
+}
+
 // maxCmdline bounds a rendered command line: status tables and log lines
 // stay readable when a process has a huge argv.
 const maxCmdline = 512
@@ -45,9 +54,7 @@ type Command struct {
 // Describe returns pid's command, and the child it runs if it is a lock
 // wrapper. root is the procfs mountpoint ("" means Root).
 func Describe(root string, pid int) Command {
-	if root == "" {
-		root = Root
-	}
+	root = rootOr(root)
 	c := read(root, pid)
 	if c.Name == "" || !isWrapper(root, c) {
 		return c
@@ -105,9 +112,7 @@ func isWrapper(root string, c Command) bool {
 // Children returns pid's child processes, oldest first, from
 // /proc/PID/task/*/children; none if the kernel does not provide it.
 func Children(root string, pid int) []int {
-	if root == "" {
-		root = Root
-	}
+	root = rootOr(root)
 	tasks, _ := filepath.Glob(filepath.Join(root, strconv.Itoa(pid), "task", "*", "children"))
 	var out []int
 	for _, t := range tasks {
@@ -174,9 +179,7 @@ func isControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 
 // it is gone from /proc, or its stat line says so (stat.exited, the answer
 // Tree.Alive gives too).
 func Exited(root string, pid int) bool {
-	if root == "" {
-		root = Root
-	}
+	root = rootOr(root)
 	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "stat"))
 	return exitedStat(b, err)
 }
