@@ -8,6 +8,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/logs"
 	"github.com/lockfs/lockfs/internal/resolve"
 )
 
@@ -109,7 +110,7 @@ var routine = map[syscall.Errno]bool{
 // fail logs a failed backing operation and returns its errno.
 func (f *FS) fail(op, path string, err error) error {
 	errno := errnoOf(err)
-	if routine[errno] && !debugEnabled(f.log) {
+	if routine[errno] && !logs.DebugEnabled(f.log) {
 		// Every create of a new name fails a lookup first. Building a
 		// log entry that nobody keeps took nine allocations, and 5 % of
 		// the samples of bench's cpu-meta profile.

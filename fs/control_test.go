@@ -181,23 +181,7 @@ func (m *ctlMount) openHandles(rel string) int {
 	if !ok {
 		m.t.Fatalf("%s is no control file", rel)
 	}
-	id := lockmgr.LockID{Path: cleanDirPath(dir), Kind: kind}
-	c := m.fs.ctl
-	c.mu.Lock()
-	var nodes []*controlNode
-	for _, n := range c.nodes {
-		nodes = append(nodes, n)
-	}
-	c.mu.Unlock()
-	open := 0
-	for _, n := range nodes {
-		if n.lockID() == id {
-			n.mu.Lock()
-			open += n.open
-			n.mu.Unlock()
-		}
-	}
-	return open
+	return m.fs.ctl.OpenHandles(lockmgr.LockID{Path: cleanDirPath(dir), Kind: kind})
 }
 
 // path returns the path of rel in the mount.

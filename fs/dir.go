@@ -9,6 +9,8 @@ import (
 	"bazil.org/fuse"
 	fusefs "bazil.org/fuse/fs"
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/fs/control"
 )
 
 // Dir is a directory of SOURCE.
@@ -181,10 +183,10 @@ func (h *dirHandle) ReadDirAll(ctx context.Context) ([]fuse.Dirent, error) {
 		return out, nil
 	}
 	// The control files, with the inode numbers their nodes report
-	// (control.go), so that readdir and stat agree.
+	// (control.Inode), so that readdir and stat agree.
 	for _, name := range []string{".lock", ".lock_newdir", ".lock_usage"} {
 		kind, _ := controlKind(name)
-		out = append(out, fuse.Dirent{Name: name, Type: fuse.DT_File, Inode: controlInode(h.d.key, kind)})
+		out = append(out, fuse.Dirent{Name: name, Type: fuse.DT_File, Inode: control.Inode(h.d, kind)})
 	}
 	return out, nil
 }

@@ -1,7 +1,9 @@
 // Package fs is lockfs's FUSE layer: a passthrough of SOURCE plus the
-// control files (.lock, .lock_newdir, .lock_usage) in every directory, whose
-// flock(2) and fcntl(2) requests it maps to the lock engine (control.go,
-// lock.go, status.go, interrupt.go).
+// control files (.lock, .lock_newdir, .lock_usage) in every directory. The
+// control files, whose flock(2) and fcntl(2) requests are the lock
+// engine's hierarchical directory locks, are package fs/control's: fs finds
+// them by name (controlfiles.go) and serves them each directory as a
+// control.Dir; it cancels their interrupted waits (interrupt.go).
 //
 // # The model
 //

@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/fs/control"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -113,7 +114,7 @@ var (
 )
 
 // FS is one mount: the passthrough of Config.Source and, through
-// control.go, the control files. It implements bazil's fusefs.FS.
+// package control, the control files. It implements bazil's fusefs.FS.
 //
 // LOCK ORDERING: moveMu is taken before the others (names.go). nodesMu, treeMu, staleMu, node.mu, fileHandle.mu,
 // ownersMu, fileLockOwner.mu and releaseMu are leaves: none is held while
@@ -150,8 +151,11 @@ type FS struct {
 	// backing holds the names the lock backend keeps in the directories
 	// of SOURCE (lockmgr.Engine.SourceNames), which the mount hides.
 	backing map[string]bool
-	// ctl is the control-file half of the mount (control.go).
-	ctl *controlState
+	// ctl is the control-file half of the mount (package control).
+	ctl *control.Files
+	// interrupts cancels the lock requests the kernel interrupts
+	// (interrupt.go).
+	interrupts *interruptTracker
 	// handles counts open handles per uid (fdcap.go).
 	handles *handleCap
 
@@ -187,7 +191,7 @@ type FS struct {
 	// moveMu is held for writing by a rename of a directory through the
 	// mount, from before its guard (guardTree) until the tree records the
 	// move, and for reading by a lock request that looks where its
-	// directory is now (Dir.whereNow): a directory is then either at its
+	// directory is now (Dir.WhereNow): a directory is then either at its
 	// old path in SOURCE and in the tree, or at its new one in both.
 	// Taken before treeMu and node locks; never held across a wait for a
 	// lock or a call that can block for long.
@@ -261,7 +265,8 @@ func New(cfg Config) (*FS, error) {
 			f.backing[name] = true
 		}
 	}
-	f.ctl = newControlState(cfg.Engine, log, cfg.Observer)
+	f.ctl = control.New(control.Config{Engine: cfg.Engine, Logger: log, Observer: cfg.Observer, AttrValid: dirAttrValid})
+	f.interrupts = newInterruptTracker(nil)
 	f.handles = newHandleCap(cfg.MaxOpenPerUID)
 	f.root = &Dir{node: node{fs: f, key: keyOf(&st), ftype: unix.S_IFDIR}}
 	f.root.self = f.root

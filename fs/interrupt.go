@@ -249,7 +249,7 @@ func (t *interruptTracker) counts() (active, pending int) {
 // Both end in Finish, which bazil calls on the request's goroutine once
 // the request has been answered.
 func (f *FS) ServerConfig() *fusefs.Config {
-	interrupts := f.ctl.interrupts
+	interrupts := f.interrupts
 	track := func(ctx context.Context, req fuse.Request) context.Context {
 		return interrupts.withContext(withEntryAttr(ctx, req), req)
 	}

@@ -59,10 +59,10 @@ func (d *Dir) knownChildren() []dirChild {
 	return out
 }
 
-// revalidateChildren drops the kernel's names and attributes of d's
+// RevalidateChildren drops the kernel's names and attributes of d's
 // children, and d's own attributes, that it may hold from before a
 // directory lock granted on d (see above).
-func (d *Dir) revalidateChildren() {
+func (d *Dir) RevalidateChildren() {
 	srv := d.fs.server.Load()
 	if srv == nil || d.fs.cfg.KeepCacheUnsafe {
 		return

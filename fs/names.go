@@ -230,12 +230,12 @@ func (f *FS) renamed(d *Dir, oldName string, nd *Dir, newName string, st, tst *i
 	}
 }
 
-// whereNow returns d's path now, in the engine's form, for a lock request
-// that may have waited while d moved (lock.go, # Renames). If checkFound,
+// WhereNow returns d's path now, in the engine's form, for a lock request
+// that may have waited while d moved (control/lock.go, # Renames). If checkFound,
 // found reports whether SOURCE has d's inode at that path. It waits for a
 // rename of a directory through the mount that is under way (moveMu), so
 // that it sees d either where it was before or where it is after.
-func (d *Dir) whereNow(checkFound bool) (path string, found bool) {
+func (d *Dir) WhereNow(checkFound bool) (path string, found bool) {
 	d.fs.moveMu.RLock()
 	defer d.fs.moveMu.RUnlock()
 	rel := d.relPath()

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfs/lockfs/fs/control"
 	"github.com/lockfs/lockfs/internal/testutil"
 )
 
@@ -146,8 +147,7 @@ func TestRenameDuringWaitNeverEIO(t *testing.T) {
 		}
 	})
 	t.Run("control", func(t *testing.T) {
-		defer func(old bool) { followRenames = old }(followRenames)
-		followRenames = false
+		defer control.SetFollowRenames(false)()
 		m := newCtlMount(t)
 		waiters, renamers := renameWaitCounts(t, m, attempts)
 		t.Logf("old path: waiters: %v; renamers: %v", waiters, renamers)
@@ -208,8 +208,7 @@ func TestRenameDuringWaitFollowsDirectory(t *testing.T) {
 		}
 	})
 	t.Run("replaced-control", func(t *testing.T) {
-		defer func(old bool) { followRenames = old }(followRenames)
-		followRenames = false
+		defer control.SetFollowRenames(false)()
 		if !replaced(t) {
 			t.Error("the old path did not take the new a/b's lock: the test cannot tell")
 		}

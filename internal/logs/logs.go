@@ -17,3 +17,16 @@ func OrDiscard(log logrus.FieldLogger) logrus.FieldLogger {
 	l.SetOutput(io.Discard)
 	return l
 }
+
+// DebugEnabled reports whether log writes debug lines, so that a caller
+// can skip building a line nobody keeps. A logger of another kind than
+// logrus's own is assumed to keep them.
+func DebugEnabled(log logrus.FieldLogger) bool {
+	switch l := log.(type) {
+	case *logrus.Logger:
+		return l.IsLevelEnabled(logrus.DebugLevel)
+	case *logrus.Entry:
+		return l.Logger.IsLevelEnabled(logrus.DebugLevel)
+	}
+	return true
+}

@@ -3,6 +3,7 @@ package logs
 import (
 	"testing"
 
+	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 )
 
@@ -15,4 +16,17 @@ func TestOrDiscard(t *testing.T) {
 		t.Fatalf("the given logger got %d lines, want 1", len(hook.Entries))
 	}
 	OrDiscard(nil).Info("dropped") // must not panic, must not write to stderr
+}
+
+// TestDebugEnabled: the level of a logger, or of an entry's logger, says.
+func TestDebugEnabled(t *testing.T) {
+	l, _ := logtest.NewNullLogger()
+	l.SetLevel(logrus.InfoLevel)
+	if DebugEnabled(l) || DebugEnabled(l.WithField("k", "v")) {
+		t.Error("an info logger (or its entry) reported debug enabled")
+	}
+	l.SetLevel(logrus.DebugLevel)
+	if !DebugEnabled(l) || !DebugEnabled(l.WithField("k", "v")) {
+		t.Error("a debug logger (or its entry) reported debug disabled")
+	}
 }

@@ -1,4 +1,4 @@
-package fs
+package control
 
 import (
 	"math/rand"

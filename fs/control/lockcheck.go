@@ -1,4 +1,4 @@
-package fs
+package control
 
 import (
 	"context"
@@ -81,7 +81,7 @@ func lockErrno(err error) syscall.Errno {
 // holder in the way; at most one line per lock per refusalWindow, the next
 // one counting those left out. An interrupted wait (a signal, a flock -w
 // timeout, the waiter's death) is routine: debug.
-func (c *controlState) refuse(call lockCall, err error) error {
+func (c *Files) refuse(call lockCall, err error) error {
 	errno := lockErrno(err)
 	pid := call.pid
 	if pid == 0 {

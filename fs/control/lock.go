@@ -1,4 +1,4 @@
-package fs
+package control
 
 import (
 	"context"
@@ -53,12 +53,12 @@ import (
 // # Renames
 //
 // A lock is the lock of its directory's current path, and a directory
-// with a lock held on it or below it is not renamed (EBUSY, names.go). A
+// with a lock held on it or below it is not renamed (EBUSY, fs/names.go). A
 // request that waits holds nothing yet, though: the directory it opened
 // may be renamed away, renamed back, or replaced by another while it
 // waits (typically under the parent's exclusive lock, which the request
 // waits for). The request follows the directory it opened: after the
-// engine answers, it looks where the directory is now (Dir.whereNow, in
+// engine answers, it looks where the directory is now (Dir.WhereNow, in
 // step with renames through the mount). Granted under a path the
 // directory has left, it gives that lock back and asks again at the new
 // path; refused because its claim found no directory (the backend's
@@ -167,7 +167,7 @@ func (h *controlHandle) lock(ctx context.Context, req *fuse.LockRequest, wait bo
 		return c.refuse(call, err)
 	}
 	if h.n.kind == lockmgr.KindDir || h.n.kind == lockmgr.KindNewDir {
-		h.n.dir.revalidateChildren() // cache.go
+		h.n.dir.RevalidateChildren() // fs: cache.go
 	}
 	return nil
 }
@@ -197,7 +197,7 @@ func (h *controlHandle) acquire(ctx context.Context, call *lockCall, wait bool) 
 		if !followRenames || (err != nil && !errors.Is(err, os.ErrNotExist)) {
 			return err
 		}
-		now, found := h.n.dir.whereNow(err != nil)
+		now, found := h.n.dir.WhereNow(err != nil)
 		switch {
 		case now == call.id.Path && err == nil:
 			return nil
@@ -327,7 +327,7 @@ func (h *controlHandle) Release(ctx context.Context, req *fuse.ReleaseRequest) e
 
 // release gives back owner's lock id. It cannot be interrupted, never waits
 // for other processes, and treats "not held" as done, as the kernel does.
-func (c *controlState) release(ctx context.Context, id lockmgr.LockID, owner lockmgr.Owner) error {
+func (c *Files) release(ctx context.Context, id lockmgr.LockID, owner lockmgr.Owner) error {
 	err := c.engine.Release(context.WithoutCancel(ctx), id, owner)
 	if err != nil && !errors.Is(err, lockmgr.ErrNotHeld) {
 		return err

@@ -1,4 +1,4 @@
-package fs
+package control
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lockfs/lockfs/internal/logs"
 	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -71,7 +72,7 @@ func (r *refusalLimiter) allow(id lockmgr.LockID) (ok bool, suppressed int) {
 // blocker names who holds what a refused request wanted, for the log:
 // "pid=123 host=h1 exclusive 'make deploy [124 under flock]'", or why no
 // holder of this host can be named.
-func (c *controlState) blocker(req lockmgr.Request) string {
+func (c *Files) blocker(req lockmgr.Request) string {
 	h, ok := c.engine.Query(req)
 	if !ok {
 		return "no holder on this host (another host's, or a process locking the SOURCE file directly)"
@@ -98,8 +99,8 @@ func (c *controlState) blocker(req lockmgr.Request) string {
 // process, and cannot tell lockfs which). A taker still running is not
 // logged. The engine may by then show the hold as its parent's (lineage);
 // the line names both.
-func (c *controlState) logDeadHolder(id lockmgr.LockID, owner lockmgr.Owner) {
-	if !debugEnabled(c.log) {
+func (c *Files) logDeadHolder(id lockmgr.LockID, owner lockmgr.Owner) {
+	if !logs.DebugEnabled(c.log) {
 		return // the status and /proc reads below are for the debug line only
 	}
 	for _, h := range c.engine.Status(id).Holders {
@@ -115,15 +116,4 @@ func (c *controlState) logDeadHolder(id lockmgr.LockID, owner lockmgr.Owner) {
 			"held": time.Since(h.Since).Round(time.Millisecond).String(),
 		}).Debug("holder exited with the lock held: released as its last descriptor closed")
 	}
-}
-
-// debugEnabled reports whether log writes debug lines.
-func debugEnabled(log logrus.FieldLogger) bool {
-	switch l := log.(type) {
-	case *logrus.Logger:
-		return l.IsLevelEnabled(logrus.DebugLevel)
-	case *logrus.Entry:
-		return l.Logger.IsLevelEnabled(logrus.DebugLevel)
-	}
-	return true
 }

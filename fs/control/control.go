@@ -1,4 +1,4 @@
-package fs
+package control
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"bazil.org/fuse"
 	fusefs "bazil.org/fuse/fs"
@@ -30,24 +31,61 @@ import (
 //
 // # Locking
 //
-// LOCK ORDERING: controlState.mu, then controlNode.mu, then
+// LOCK ORDERING: Files.mu, then controlNode.mu, then
 // controlHandle.mu. None is held across an engine call or a call into the
 // passthrough nodes.
 
 // maxNoteSize bounds the note one open file description may write.
 const maxNoteSize = 1024
 
-// controlState is the control-file half of an FS: the node cache, the
-// interrupt tracker and the source of flock owner ids.
-type controlState struct {
+// Dir is what a control file needs of its directory. fs's Dir implements
+// it; the control files reach SOURCE only through it.
+type Dir interface {
+	// Attr reports the directory's attributes; a control file's owner
+	// and times are derived from them, and permission to lock is
+	// checked against them (permit).
+	Attr(ctx context.Context, a *fuse.Attr) error
+	// LockPath is the directory's path now, relative to the mount root,
+	// in the engine's form ("." for the root): the path of its locks.
+	LockPath() string
+	// WhereNow is LockPath for a lock request that may have waited while
+	// the directory moved: it waits for a rename through the mount that
+	// is under way and, if checkFound, reports whether SOURCE has the
+	// directory's inode at that path (lock.go, # Renames).
+	WhereNow(checkFound bool) (path string, found bool)
+	// RevalidateChildren drops the kernel's cached names and attributes
+	// of the directory's children, after a directory lock is granted.
+	RevalidateChildren()
+	// BackingInode identifies the directory's backing inode: device,
+	// inode number and birth time (0 where the file system has none).
+	BackingInode() (dev, ino uint64, btime int64)
+}
+
+// Config is what the control files of a mount need.
+type Config struct {
+	// Engine arbitrates the directory locks. Required.
+	Engine *lockmgr.Engine
+	// Logger receives one line per refused or failed lock request. Required.
+	Logger logrus.FieldLogger
+	// Observer, if set, is told about the requests refused before the
+	// engine sees them (EACCES: no permission on the directory).
+	Observer lockmgr.Observer
+	// AttrValid is how long the kernel may keep a control file's
+	// attributes: those of its directory, from which they derive.
+	AttrValid time.Duration
+}
+
+// Files is the control-file half of a mount: the node cache and the
+// source of flock owner ids.
+type Files struct {
 	// Dependencies
 	engine *lockmgr.Engine
 	log    logrus.FieldLogger
 	obs    lockmgr.Observer // nil: none
 
 	// Constant data
-	interrupts *interruptTracker
-	refusals   *refusalLimiter // which refusals are logged
+	attrValid time.Duration
+	refusals  *refusalLimiter // which refusals are logged
 
 	// nextOwner numbers the open file descriptions of control files; each
 	// is one flock owner. Handle IDs cannot serve: bazil reuses them.
@@ -67,30 +105,29 @@ type controlState struct {
 // old name gets control files of its own (the lock is always that of the
 // directory's current path: controlNode.lockID).
 type nodeKey struct {
-	dir  *Dir
+	dir  Dir
 	kind lockmgr.Kind
 }
 
-// newControlState returns the control state of a mount over engine; obs,
-// if not nil, is told about the requests refused before the engine sees them.
-func newControlState(engine *lockmgr.Engine, log logrus.FieldLogger, obs lockmgr.Observer) *controlState {
-	return &controlState{
-		engine:     engine,
-		log:        log,
-		obs:        obs,
-		interrupts: newInterruptTracker(nil),
-		refusals:   newRefusalLimiter(nil),
-		nodes:      make(map[nodeKey]*controlNode),
+// New returns the control files of a mount.
+func New(cfg Config) *Files {
+	return &Files{
+		engine:    cfg.Engine,
+		log:       cfg.Logger,
+		obs:       cfg.Observer,
+		attrValid: cfg.AttrValid,
+		refusals:  newRefusalLimiter(nil),
+		nodes:     make(map[nodeKey]*controlNode),
 	}
 }
 
-// controlNode returns the node of the control file of kind in directory d.
-// Lookup calls it for the reserved names.
-func (f *FS) controlNode(d *Dir, kind lockmgr.Kind) fusefs.Node {
-	return f.ctl.node(d, kind)
+// Node returns the node of the control file of kind in directory d. fs's
+// Lookup and Create call it for the control names.
+func (c *Files) Node(d Dir, kind lockmgr.Kind) fusefs.Node {
+	return c.node(d, kind)
 }
 
-func (c *controlState) node(d *Dir, kind lockmgr.Kind) *controlNode {
+func (c *Files) node(d Dir, kind lockmgr.Kind) *controlNode {
 	key := nodeKey{dir: d, kind: kind}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -102,33 +139,26 @@ func (c *controlState) node(d *Dir, kind lockmgr.Kind) *controlNode {
 		dir:   d,
 		kind:  kind,
 		key:   key,
-		inode: controlInode(d.key, kind),
+		inode: Inode(d, kind),
 	}
 	c.nodes[key] = n
 	return n
 }
 
-// cleanDirPath returns a directory path in the engine's form ("." for the
-// root). The passthrough's paths never contain "..".
-func cleanDirPath(p string) string {
-	if c, err := lockmgr.CleanPath(p); err == nil {
-		return c
-	}
-	return p
-}
-
-// controlInode derives a stable inode number from the directory's backing
-// inode and the kind, so that it survives renames. Numbers 0 and 1 are
-// avoided (1 is the root).
-func controlInode(dir inodeKey, kind lockmgr.Kind) uint64 {
+// Inode derives a stable inode number for the control file of kind in d
+// from the directory's backing inode, so that it survives renames; fs's
+// readdir lists the control files with it. Numbers 0 and 1 are avoided (1
+// is the root).
+func Inode(d Dir, kind lockmgr.Kind) uint64 {
+	dev, ino, btime := d.BackingInode()
 	h := fnv.New64a()
 	var b [25]byte
-	binary.LittleEndian.PutUint64(b[0:], dir.dev)
-	binary.LittleEndian.PutUint64(b[8:], dir.ino)
-	binary.LittleEndian.PutUint64(b[16:], uint64(dir.btime))
+	binary.LittleEndian.PutUint64(b[0:], dev)
+	binary.LittleEndian.PutUint64(b[8:], ino)
+	binary.LittleEndian.PutUint64(b[16:], uint64(btime))
 	b[24] = byte(kind)
 	_, _ = h.Write(b[:])
-	ino := h.Sum64()
+	ino = h.Sum64()
 	if ino < 2 {
 		ino += 2
 	}
@@ -138,8 +168,8 @@ func controlInode(dir inodeKey, kind lockmgr.Kind) uint64 {
 // controlNode is one control file.
 type controlNode struct {
 	// Dependencies
-	c   *controlState
-	dir *Dir
+	c   *Files
+	dir Dir
 
 	// Constant data
 	kind  lockmgr.Kind
@@ -175,7 +205,7 @@ var (
 // lockID is the lock this control file takes now. It is computed from the
 // directory node at each request, so that it follows a renamed directory.
 func (n *controlNode) lockID() lockmgr.LockID {
-	return lockmgr.LockID{Path: cleanDirPath(n.dir.relPath()), Kind: n.kind}
+	return lockmgr.LockID{Path: n.dir.LockPath(), Kind: n.kind}
 }
 
 // Attr describes an empty regular file, mode 0666, owned by the directory's
@@ -186,7 +216,7 @@ func (n *controlNode) Attr(ctx context.Context, a *fuse.Attr) error {
 		return err
 	}
 	*a = fuse.Attr{
-		Valid: dirAttrValid,
+		Valid: n.c.attrValid,
 		Inode: n.inode,
 		Size:  0,
 		Nlink: 1,
@@ -354,8 +384,7 @@ func (h *controlHandle) noteText() string {
 
 // Note returns what owner's descriptor wrote to the control file of lock
 // id, "" if nothing; for status output outside the mount (lockfs status).
-func (f *FS) Note(id lockmgr.LockID, owner lockmgr.Owner) string {
-	c := f.ctl
+func (c *Files) Note(id lockmgr.LockID, owner lockmgr.Owner) string {
 	c.mu.Lock()
 	var nodes []*controlNode
 	for key, n := range c.nodes {
