@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockfs/lockfs/internal/backoff"
 	"github.com/lockfs/lockfs/internal/logs"
+	"github.com/lockfs/lockfs/internal/sessioncfg"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -362,7 +363,7 @@ func (b *Backend) wake() {
 
 // newWriteID returns a random write id.
 func (b *Backend) newWriteID() string {
-	return randomHex(8)
+	return sessioncfg.RandomHex(8)
 }
 
 // wallNow is the wall clock, shifted by the test-only ClockOffset. It is

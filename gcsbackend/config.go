@@ -238,6 +238,3 @@ func (c Config) timing() sessioncfg.Timing {
 	return sessioncfg.Timing{TTL: c.TTL, RefreshInterval: c.RefreshInterval, Margin: c.Margin,
 		RequestTimeout: c.RequestTimeout, UnavailableAfter: c.UnavailableAfter}
 }
-
-// randomHex returns n random bytes in hex.
-var randomHex = sessioncfg.RandomHex

@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lockfs/lockfs/internal/backoff"
+	"github.com/lockfs/lockfs/internal/sessioncfg"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -130,7 +131,7 @@ func (b *Backend) newSessionID() string {
 	var sb strings.Builder
 	escapeElement(&sb, b.cfg.HostID)
 	sb.WriteByte('.')
-	sb.WriteString(randomHex(6))
+	sb.WriteString(sessioncfg.RandomHex(6))
 	return sb.String()
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockfs/lockfs/internal/backoff"
+	"github.com/lockfs/lockfs/internal/sessioncfg"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -267,7 +268,7 @@ func (b *Backend) nextTurn(ctx context.Context, r *ownRec) *turn {
 			continue
 		}
 		return &turn{Session: w.waiter, Host: w.host, Lock: w.lock.String(), Mode: modeName(w.mode),
-			Since: w.since, Want: w.name, ID: randomHex(4)}
+			Since: w.since, Want: w.name, ID: sessioncfg.RandomHex(4)}
 	}
 	return nil
 }
