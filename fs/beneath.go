@@ -54,18 +54,6 @@ func procFdPath(fd int) string {
 	return fmt.Sprintf("/proc/self/fd/%d", fd)
 }
 
-// reopen opens the inode behind fd (any descriptor, O_PATH included) anew
-// with flags, as a new open file description.
-func reopen(fd int, flags int) (int, error) {
-	for {
-		nfd, err := unix.Open(procFdPath(fd), flags|unix.O_CLOEXEC, 0)
-		if err == unix.EINTR {
-			continue
-		}
-		return nfd, err
-	}
-}
-
 // checkName refuses names the kernel never sends; they would let a path
 // escape its directory or name several components.
 func checkName(name string) error {

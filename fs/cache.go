@@ -6,6 +6,8 @@ import (
 
 	"bazil.org/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/resolve"
 )
 
 // The kernel's page cache of regular files, when reads and writes reach
@@ -147,7 +149,7 @@ func (n *File) raiseSize(fd int, size int64) {
 	// made, leaves the file's access time alone (O_NOATIME: the file's
 	// owner or CAP_FOWNER), and reads a file opened write-only too.
 	var b [1]byte
-	rfd, err := reopen(fd, unix.O_RDONLY|unix.O_NOATIME)
+	rfd, err := resolve.Reopen(fd, unix.O_RDONLY|unix.O_NOATIME)
 	k := 0
 	if err == nil {
 		k, err = unix.Pread(rfd, b[:], size-1)

@@ -23,7 +23,7 @@ import (
 //   - a flock(2) lock: a description of the handle's own, opened at the
 //     first lock, counted for the handle's user, closed at LOCK_UN or
 //     Release (flockFd);
-//   - byte-range locks: their carriers (filelock.go) are descriptors of
+//   - byte-range locks: their carriers (package filelock) are descriptors of
 //     their own anyway, counted, closed at Flush and Release;
 //   - a request that reaches the daemon with the handle (fallocate,
 //     lseek, F_GETLK, a read or write that is not passed through) or with

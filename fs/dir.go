@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lockfs/lockfs/fs/control"
+	"github.com/lockfs/lockfs/internal/resolve"
 )
 
 // Dir is a directory of SOURCE.
@@ -130,7 +131,7 @@ func (d *Dir) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenRe
 			d.fs.handles.give(req.Uid)
 			return nil, d.fs.fail("opendir", d.path(), err)
 		}
-		fd, err = reopen(of.fd, unix.O_RDONLY|unix.O_DIRECTORY)
+		fd, err = resolve.Reopen(of.fd, unix.O_RDONLY|unix.O_DIRECTORY)
 		d.returnOpen(of)
 		if err != nil {
 			d.fs.handles.give(req.Uid)

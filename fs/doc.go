@@ -3,7 +3,9 @@
 // control files, whose flock(2) and fcntl(2) requests are the lock
 // engine's hierarchical directory locks, are package fs/control's: fs finds
 // them by name (controlfiles.go) and serves them each directory as a
-// control.Dir; it cancels their interrupted waits (interrupt.go).
+// control.Dir. The flock(2) and byte-range locks of ordinary files are
+// package fs/filelock's, applied to the backing file (handlelock.go). fs
+// cancels the interrupted waits of both (interrupt.go).
 //
 // # The model
 //
@@ -157,8 +159,9 @@
 // # Locks on ordinary files
 //
 // The mount asks the kernel for every flock(2) and fcntl(2) lock (the
-// control files need that), so those of regular files arrive here too, and
-// the daemon applies them to the backing file in the host kernel: locks
+// control files need that), so those of regular files arrive here too;
+// package fs/filelock serves them (handlelock.go hands them over) and
+// applies them to the backing file in the host kernel: locks
 // through the mount and locks taken on SOURCE directly exclude each other
 // as on one local file system, and SQLite, flock(1) on a data file, and
 // Java or Python file locks work through the mount. flock locks are
@@ -171,7 +174,9 @@
 // backoff from 1 ms to 50 ms, so that no daemon thread ever sleeps where an
 // interrupt cannot reach it: an interrupted or killed waiter stops at once
 // (EINTR), and a waiter gets the lock at most about 50 ms after it is
-// free. There is no EDEADLK for ordinary files. F_GETLK reports the
+// free. A byte-range wait that would close a cycle of waits among the
+// mount's lock owners fails with EDEADLK, as the kernel's does; flock(2)
+// waits have no deadlock detection. F_GETLK reports the
 // conflicting lock and its holder's pid (for locks taken through the mount,
 // the pid that last locked through that owner).
 //

@@ -19,7 +19,7 @@ import (
 // are capped at Config.MaxOpenPerUID: the user who reaches it gets EMFILE,
 // as from their own descriptor table, and everyone else is served. The
 // descriptor that carries a process's byte-range locks on a file
-// (filelock.go) counts too, and so does a detached handle's flock
+// (package filelock) counts too, and so does a detached handle's flock
 // descriptor; at the cap a new one is refused with ENOLCK.
 // Control files hold no descriptor and are not counted.
 

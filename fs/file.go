@@ -8,6 +8,9 @@ import (
 	"bazil.org/fuse"
 	fusefs "bazil.org/fuse/fs"
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/fs/filelock"
+	"github.com/lockfs/lockfs/internal/resolve"
 )
 
 // File is anything in SOURCE but a directory: a regular file, a symlink, a
@@ -105,7 +108,7 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 		if of == nil {
 			return nil, n.fs.fail("open", n.path(), err)
 		}
-		fd, err = reopen(of.fd, flags)
+		fd, err = resolve.Reopen(of.fd, flags)
 		n.returnOpen(of)
 		if err == nil {
 			if err = fstat(fd, &st); err != nil {
@@ -240,10 +243,9 @@ type fileHandle struct {
 	// GUARDED_BY(flockMu)
 	flockOf *openFile
 
-	mu sync.Mutex
-	// owners are the byte-range lock owners that locked through this
-	// handle (filelock.go). GUARDED_BY(mu)
-	owners map[*fileLockOwner]struct{}
+	// locks are the byte-range lock owners that locked through this
+	// handle (package filelock).
+	locks filelock.Handle
 }
 
 var (
@@ -333,19 +335,19 @@ func (h *fileHandle) Lseek(ctx context.Context, req *fuse.LseekRequest, resp *fu
 }
 
 // Flush is sent at every close(2) of a descriptor of the file: POSIX record
-// locks of the closing process end (filelock.go).
+// locks of the closing process end (package filelock).
 func (h *fileHandle) Flush(ctx context.Context, req *fuse.FlushRequest) error {
 	if h.shared {
 		h.lockCache(true) // its POSIX locks end: as an unlock
 	}
-	h.n.fs.dropOwner(h.key, req.LockOwner)
+	h.n.fs.locks.Flush(h.key.lockInode(), req.LockOwner)
 	return nil
 }
 
 // Release ends the open file description: its flock lock and its OFD locks
 // end with it.
 func (h *fileHandle) Release(ctx context.Context, req *fuse.ReleaseRequest) error {
-	h.releaseOwners(req.LockOwner)
+	h.n.fs.locks.Release(h.locker(), req.LockOwner)
 	h.closeFlockFd()
 	h.n.fs.releasePassthrough(h)
 	h.releaseDetached()

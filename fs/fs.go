@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lockfs/lockfs/fs/control"
+	"github.com/lockfs/lockfs/fs/filelock"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -116,17 +117,16 @@ var (
 // FS is one mount: the passthrough of Config.Source and, through
 // package control, the control files. It implements bazil's fusefs.FS.
 //
-// LOCK ORDERING: moveMu is taken before the others (names.go). nodesMu, treeMu, staleMu, node.mu, fileHandle.mu,
-// ownersMu, fileLockOwner.mu and releaseMu are leaves: none is held while
-// taking another, except fileHandle.mu → ownersMu (filelock.go) and
+// LOCK ORDERING: moveMu is taken before the others (names.go). nodesMu, treeMu, staleMu, node.mu
+// and releaseMu are leaves: none is held while taking another, except
 // pins.mu → node.mu (pin.go). None is
 // held across a syscall that can block for long (each is held at most
 // across a non-blocking fcntl, dup or close), except shmTwin.mu, which is
 // held across a pread or pwrite of a shared-memory file and taken before
-// none of the others (shm.go), and rangeWaits.mu, which is taken before
-// ownersMu and fileLockOwner.mu and held across a carrier's non-blocking
-// fcntl or close and a deadlock check's reads of /proc/self/fdinfo
-// (filelock_deadlock.go). No lock is held while the kernel is asked
+// none of the others (shm.go). Packages filelock (locks) and control (ctl)
+// order their own locks (filelock.Table, control's doc.go) and hold none
+// of them while they call back into fs (a filelock.File, a control.Dir).
+// No lock is held while the kernel is asked
 // to invalidate its cache (cache.go): that can send requests back.
 type FS struct {
 	// Dependencies
@@ -158,6 +158,9 @@ type FS struct {
 	interrupts *interruptTracker
 	// handles counts open handles per uid (fdcap.go).
 	handles *handleCap
+	// locks holds the flock(2) and byte-range locks of ordinary files
+	// (package filelock; handlelock.go).
+	locks *filelock.Table
 
 	// Mutable state
 
@@ -203,22 +206,11 @@ type FS struct {
 	// GUARDED_BY(staleMu)
 	stale map[string]time.Time
 
-	// ownersMu guards owners.
-	ownersMu sync.Mutex
 	// pt is the FUSE passthrough state (passthrough.go); pt.mu is a leaf.
 	pt passthrough
 	// pins are the directories whose descriptors are kept (pin.go);
 	// pins.mu is taken before node.mu.
 	pins pinSet
-
-	// owners holds, per backing inode and POSIX lock owner, the backing
-	// descriptor that carries that owner's byte-range locks (filelock.go).
-	// GUARDED_BY(ownersMu)
-	owners map[ownerKey]*fileLockOwner
-
-	// rangeWaits is the wait-for graph of byte-range lock waits, for
-	// deadlock detection (filelock_deadlock.go).
-	rangeWaits rangeWaits
 }
 
 var (
@@ -253,7 +245,6 @@ func New(cfg Config) (*FS, error) {
 		rootFd: rootFd,
 		asRoot: os.Geteuid() == 0,
 		nodes:  make(map[inodeKey]passNode),
-		owners: make(map[ownerKey]*fileLockOwner),
 		stale:  make(map[string]time.Time),
 	}
 	if cfg.Passthrough {
@@ -268,6 +259,7 @@ func New(cfg Config) (*FS, error) {
 	f.ctl = control.New(control.Config{Engine: cfg.Engine, Logger: log, Observer: cfg.Observer, AttrValid: dirAttrValid})
 	f.interrupts = newInterruptTracker(nil)
 	f.handles = newHandleCap(cfg.MaxOpenPerUID)
+	f.locks = filelock.New(filelock.Config{TakeFd: f.takeHandle, GiveFd: f.handles.give, Fail: f.fail})
 	f.root = &Dir{node: node{fs: f, key: keyOf(&st), ftype: unix.S_IFDIR}}
 	f.root.self = f.root
 	f.nodes[f.root.key] = f.root
@@ -287,13 +279,7 @@ func (f *FS) Close() error {
 		return nil
 	}
 	f.stopRelease()
-	f.ownersMu.Lock()
-	owners := f.owners
-	f.owners = make(map[ownerKey]*fileLockOwner)
-	f.ownersMu.Unlock()
-	for _, o := range owners {
-		o.close()
-	}
+	f.locks.Close()
 	f.closeOpenHandles()
 	f.closePins()
 	f.byHandle.close()

@@ -8,6 +8,8 @@ import (
 	"bazil.org/fuse"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/resolve"
 )
 
 // FUSE passthrough (docs/DATA-PATH.md). Where the kernel offers it and the
@@ -189,7 +191,7 @@ func (f *FS) openPassthrough(h *fileHandle, st *inodeStat, resp *fuse.OpenRespon
 // and returns its id; 0 if it cannot be (logged once per errno; EPERM
 // turns passthrough off for the mount). GUARDED_BY(p.mu)
 func (p *passthrough) register(n *File, fd int) int32 {
-	rfd, err := reopen(fd, unix.O_RDONLY|unix.O_NONBLOCK)
+	rfd, err := resolve.Reopen(fd, unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
 		p.warn(n, "reopen", err)
 		return 0

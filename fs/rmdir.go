@@ -7,6 +7,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/resolve"
 )
 
 // Removing a directory that holds nothing but backing files.
@@ -197,7 +199,7 @@ func openLockFile(dirFd int, name string) (int, inodeKey, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return -1, inodeKey{}, errNotBackingFile
 	}
-	fd, err := reopen(pfd, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	fd, err := resolve.Reopen(pfd, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
 		return -1, inodeKey{}, err
 	}

@@ -8,6 +8,7 @@
 package resolve
 
 import (
+	"fmt"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -75,5 +76,18 @@ func ignoringEINTR(fn func() error) error {
 		if err := fn(); err != unix.EINTR {
 			return err
 		}
+	}
+}
+
+// Reopen opens the inode behind fd (any descriptor, O_PATH included) anew
+// with flags, as a new open file description, through /proc/self/fd/FD,
+// retrying EINTR.
+func Reopen(fd int, flags int) (int, error) {
+	for {
+		nfd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), flags|unix.O_CLOEXEC, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		return nfd, err
 	}
 }

@@ -1,8 +1,7 @@
-package fs
+package filelock
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"math"
 	"os"
@@ -11,16 +10,18 @@ import (
 
 	"bazil.org/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/resolve"
 )
 
-// QueryLock answers F_GETLK: a lock that would conflict with the request,
-// as the backing file's lock table sees it from the requesting owner.
-func (h *fileHandle) QueryLock(ctx context.Context, req *fuse.QueryLockRequest, resp *fuse.QueryLockResponse) error {
-	f := h.n.fs
+// QueryLock answers F_GETLK on h: a lock that would conflict with the
+// request, as the backing file's lock table sees it from the requesting
+// owner.
+func (t *Table) QueryLock(h File, req *fuse.QueryLockRequest, resp *fuse.QueryLockResponse) error {
 	lk := flockT(req.Lock, req.Lock.Type)
-	f.ownersMu.Lock()
-	o := f.owners[ownerKey{inode: h.key, owner: req.LockOwner}]
-	f.ownersMu.Unlock()
+	t.ownersMu.Lock()
+	o := t.owners[ownerKey{inode: h.Inode(), owner: req.LockOwner}]
+	t.ownersMu.Unlock()
 	query := func(fd int) error { return unix.FcntlFlock(uintptr(fd), unix.F_OFD_GETLK, &lk) }
 	ok := false
 	var err error
@@ -29,17 +30,17 @@ func (h *fileHandle) QueryLock(ctx context.Context, req *fuse.QueryLockRequest, 
 	}
 	if !ok {
 		// The owner holds nothing: any new description sees every lock.
-		err = h.useFd(true, func(pfd int) error {
-			fd, err := reopen(pfd, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+		err = h.UseFd(true, func(pfd int) error {
+			fd, err := resolve.Reopen(pfd, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 			if err == nil {
 				err = query(fd)
-				closeFd(fd)
+				_ = unix.Close(fd)
 			}
 			return err
 		})
 	}
 	if err != nil {
-		return f.fail("getlk", h.n.path(), err)
+		return t.cfg.Fail("getlk", h.Path(), err)
 	}
 	if lk.Type == unix.F_UNLCK {
 		return nil // resp is prefilled with F_UNLCK
@@ -52,7 +53,7 @@ func (h *fileHandle) QueryLock(ctx context.Context, req *fuse.QueryLockRequest, 
 	if pid <= 0 {
 		// An OFD lock: one of our owners (or an OFD lock taken on
 		// SOURCE directly, which has no pid).
-		pid = f.ofdHolder(h.key, req.LockOwner, lk)
+		pid = t.ofdHolder(h.Inode(), req.LockOwner, lk)
 	}
 	resp.Lock = fuse.FileLock{Start: uint64(lk.Start), End: end, Type: fuse.LockType(lk.Type), PID: pid}
 	return nil
@@ -60,8 +61,8 @@ func (h *fileHandle) QueryLock(ctx context.Context, req *fuse.QueryLockRequest, 
 
 // ofdHolder returns the pid of the process whose owner holds the OFD lock
 // lk on inode, found in /proc/self/fdinfo of the owners' descriptors, or 0.
-func (f *FS) ofdHolder(inode inodeKey, except fuse.LockOwner, lk unix.Flock_t) int32 {
-	if o := f.ofdOwner(inode, except, lk); o != nil {
+func (t *Table) ofdHolder(inode Inode, except fuse.LockOwner, lk unix.Flock_t) int32 {
+	if o := t.ofdOwner(inode, except, lk); o != nil {
 		return o.pid.Load()
 	}
 	return 0
@@ -69,15 +70,15 @@ func (f *FS) ofdHolder(inode inodeKey, except fuse.LockOwner, lk unix.Flock_t) i
 
 // ofdOwner returns the owner whose carrier holds the OFD lock lk on inode,
 // or nil (a lock taken on SOURCE directly, or released meanwhile).
-func (f *FS) ofdOwner(inode inodeKey, except fuse.LockOwner, lk unix.Flock_t) *fileLockOwner {
-	f.ownersMu.Lock()
+func (t *Table) ofdOwner(inode Inode, except fuse.LockOwner, lk unix.Flock_t) *fileLockOwner {
+	t.ownersMu.Lock()
 	var cands []*fileLockOwner
-	for k, o := range f.owners {
+	for k, o := range t.owners {
 		if k.inode == inode && k.owner != except {
 			cands = append(cands, o)
 		}
 	}
-	f.ownersMu.Unlock()
+	t.ownersMu.Unlock()
 	want := []string{strconv.FormatInt(lk.Start, 10), "EOF"}
 	if lk.Len > 0 {
 		want[1] = strconv.FormatInt(lk.Start+lk.Len-1, 10)

@@ -1,4 +1,4 @@
-package fs
+package filelock
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 
 	"bazil.org/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/resolve"
 )
 
 // Locks on ordinary files.
@@ -45,12 +47,108 @@ import (
 //     therefore gets the lock up to 50 ms after it is free.
 //   - Deadlocks: a byte-range wait (F_SETLKW) that would close a cycle of
 //     waits among this mount's lock owners fails with EDEADLK, as the
-//     kernel's does (filelock_deadlock.go). flock(2) waits, like the
+//     kernel's does (deadlock.go). flock(2) waits, like the
 //     kernel's, have no deadlock detection.
+
+// Inode names a backing inode: its device, its inode number and its birth
+// time in nanoseconds (0 where the file system has none).
+type Inode struct {
+	Dev, Ino uint64
+	Btime    int64
+}
+
+// File is what the locks need of one open regular file of the mount (a
+// handle of package fs): locks are taken on its backing file.
+type File interface {
+	// Inode is the backing inode the file is open on. Locks go by it.
+	Inode() Inode
+	// UID is the user the file was opened by: a carrier's descriptor is
+	// counted for that user as a handle is (Config.TakeFd).
+	UID() uint32
+	// Path names the file for the log.
+	Path() string
+	// UseFd calls fn with a descriptor of the backing file: the file's
+	// own, or one opened for the call (O_PATH if path).
+	UseFd(path bool, fn func(fd int) error) error
+	// FlockFd calls fn with the descriptor that carries the file's
+	// flock(2) lock; unlock says the call is LOCK_UN.
+	FlockFd(unlock bool, fn func(fd int) error) error
+	// LockChanged revalidates what the kernel caches of the file after
+	// a lock was granted or (unlock) is being released.
+	LockChanged(unlock bool)
+	// Locks is the file's own lock state (Handle).
+	Locks() *Handle
+}
+
+// Handle is the lock state of one open file: the byte-range lock owners
+// that locked through it, whose carriers its Release closes. The zero
+// value is ready to use.
+type Handle struct {
+	mu sync.Mutex
+	// owners are the byte-range lock owners that locked through this
+	// handle. GUARDED_BY(mu)
+	owners map[*fileLockOwner]struct{}
+}
+
+// Config is what the locks of one mount need of it.
+type Config struct {
+	// TakeFd counts a new descriptor, one that carries locks, for uid for
+	// op on path, or fails if uid is at its cap. Required.
+	TakeFd func(op string, path func() string, uid uint32) error
+	// GiveFd gives back what TakeFd counted. Required.
+	GiveFd func(uid uint32)
+	// Fail logs a failed backing operation and returns the errno to
+	// answer with. Required.
+	Fail func(op, path string, err error) error
+}
+
+// Table holds the locks of ordinary files of one mount: per backing inode
+// and lock owner, the backing descriptor that carries that owner's
+// byte-range locks, and the wait-for graph of byte-range lock waits.
+//
+// LOCK ORDERING: Handle.mu → ownersMu; waits.mu is taken before ownersMu
+// and fileLockOwner.mu, and held across a carrier's non-blocking fcntl or
+// close and a deadlock check's reads of /proc/self/fdinfo (deadlock.go).
+// No other lock is held across a syscall, and none while a File is called
+// (but for File.Inode, which reads a constant).
+type Table struct {
+	// Dependencies
+	cfg Config
+
+	// Mutable state
+
+	// ownersMu guards owners.
+	ownersMu sync.Mutex
+	// owners holds, per backing inode and POSIX lock owner, the backing
+	// descriptor that carries that owner's byte-range locks.
+	// GUARDED_BY(ownersMu)
+	owners map[ownerKey]*fileLockOwner
+
+	// waits is the wait-for graph of byte-range lock waits, for
+	// deadlock detection (deadlock.go).
+	waits rangeWaits
+}
+
+// New returns the (empty) lock table of a mount.
+func New(cfg Config) *Table {
+	return &Table{cfg: cfg, owners: make(map[ownerKey]*fileLockOwner)}
+}
+
+// Close closes every carrier, dropping the locks it carries. Call it after
+// the mount has been served.
+func (t *Table) Close() {
+	t.ownersMu.Lock()
+	owners := t.owners
+	t.owners = make(map[ownerKey]*fileLockOwner)
+	t.ownersMu.Unlock()
+	for _, o := range owners {
+		o.close()
+	}
+}
 
 // ownerKey names one byte-range lock owner's locks on one backing inode.
 type ownerKey struct {
-	inode inodeKey
+	inode Inode
 	owner fuse.LockOwner
 }
 
@@ -58,12 +156,12 @@ type ownerKey struct {
 // owner's byte-range locks on one inode.
 type fileLockOwner struct {
 	// Dependencies
-	handles *handleCap
+	give func(uid uint32) // Config.GiveFd
 
 	// Constant data
 	key ownerKey
 	// uid is the user whose handle the descriptor is counted for
-	// (handleCap): it holds a descriptor of the daemon as a handle does.
+	// (Config.TakeFd): it holds a descriptor of the daemon as a handle does.
 	uid uint32
 
 	// Mutable state
@@ -81,9 +179,9 @@ func (o *fileLockOwner) close() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.fd >= 0 {
-		closeFd(o.fd)
+		_ = unix.Close(o.fd)
 		o.fd = -1
-		o.handles.give(o.uid)
+		o.give(o.uid)
 	}
 }
 
@@ -100,47 +198,48 @@ func (o *fileLockOwner) do(fn func(fd int) error) (bool, error) {
 // ownerFor returns the carrier of owner's locks on h's inode, opening one
 // from h's descriptor if there is none, and remembers that owner locked
 // through h.
-func (h *fileHandle) ownerFor(owner fuse.LockOwner) (*fileLockOwner, error) {
-	f := h.n.fs
-	key := ownerKey{inode: h.key, owner: owner}
-	f.ownersMu.Lock()
-	o := f.owners[key]
-	f.ownersMu.Unlock()
+func (t *Table) ownerFor(h File, owner fuse.LockOwner) (*fileLockOwner, error) {
+	key := ownerKey{inode: h.Inode(), owner: owner}
+	t.ownersMu.Lock()
+	o := t.owners[key]
+	t.ownersMu.Unlock()
 	if o == nil {
 		// A new carrier holds a descriptor: counted for the handle's
 		// user, who gets ENOLCK (no locks available) at the cap.
-		if err := f.takeHandle("lock", h.n.path, h.of.uid); err != nil {
+		uid := h.UID()
+		if err := t.cfg.TakeFd("lock", h.Path, uid); err != nil {
 			return nil, syscall.ENOLCK
 		}
 		var fd int
-		err := h.useFd(true, func(pfd int) (err error) {
+		err := h.UseFd(true, func(pfd int) (err error) {
 			fd, err = openLockFd(pfd)
 			return err
 		})
 		if err != nil {
-			f.handles.give(h.of.uid)
+			t.cfg.GiveFd(uid)
 			return nil, err
 		}
-		fresh := &fileLockOwner{handles: f.handles, key: key, uid: h.of.uid, fd: fd}
-		f.ownersMu.Lock()
-		if cur := f.owners[key]; cur != nil {
+		fresh := &fileLockOwner{give: t.cfg.GiveFd, key: key, uid: uid, fd: fd}
+		t.ownersMu.Lock()
+		if cur := t.owners[key]; cur != nil {
 			o = cur
 		} else {
-			f.owners[key] = fresh
+			t.owners[key] = fresh
 			o = fresh
 		}
-		f.ownersMu.Unlock()
+		t.ownersMu.Unlock()
 		if o != fresh {
-			closeFd(fd)
-			f.handles.give(h.of.uid)
+			_ = unix.Close(fd)
+			t.cfg.GiveFd(uid)
 		}
 	}
-	h.mu.Lock()
-	if h.owners == nil {
-		h.owners = make(map[*fileLockOwner]struct{})
+	hs := h.Locks()
+	hs.mu.Lock()
+	if hs.owners == nil {
+		hs.owners = make(map[*fileLockOwner]struct{})
 	}
-	h.owners[o] = struct{}{}
-	h.mu.Unlock()
+	hs.owners[o] = struct{}{}
+	hs.mu.Unlock()
 	return o, nil
 }
 
@@ -151,43 +250,45 @@ func openLockFd(fd int) (int, error) {
 	var err error
 	for _, acc := range []int{unix.O_RDWR, unix.O_RDONLY, unix.O_WRONLY} {
 		var nfd int
-		if nfd, err = reopen(fd, acc|unix.O_NONBLOCK|unix.O_NOCTTY); err == nil {
+		if nfd, err = resolve.Reopen(fd, acc|unix.O_NONBLOCK|unix.O_NOCTTY); err == nil {
 			return nfd, nil
 		}
 	}
 	return -1, err
 }
 
-// dropOwner closes owner's carrier on inode, if any: all its locks there end.
-func (f *FS) dropOwner(inode inodeKey, owner fuse.LockOwner) {
+// Flush closes owner's carrier on inode, if any: all its locks there end
+// (POSIX: any close(2) by the process ends its locks on the file).
+func (t *Table) Flush(inode Inode, owner fuse.LockOwner) {
 	key := ownerKey{inode: inode, owner: owner}
-	f.ownersMu.Lock()
-	o := f.owners[key]
-	delete(f.owners, key)
-	f.ownersMu.Unlock()
+	t.ownersMu.Lock()
+	o := t.owners[key]
+	delete(t.owners, key)
+	t.ownersMu.Unlock()
 	if o != nil {
-		f.rangeWaits.change(owner, false, func() error { o.close(); return nil })
+		t.waits.change(owner, false, func() error { o.close(); return nil })
 	}
 }
 
-// releaseOwners closes the carriers of the owners that locked through h,
-// and of owner (the one the kernel names in the Release).
-func (h *fileHandle) releaseOwners(owner fuse.LockOwner) {
-	h.mu.Lock()
-	owners := h.owners
-	h.owners = nil
-	h.mu.Unlock()
-	f := h.n.fs
+// Release closes the carriers of the owners that locked through h, and of
+// owner (the one the kernel names in the Release): OFD locks end with
+// their open file description.
+func (t *Table) Release(h File, owner fuse.LockOwner) {
+	hs := h.Locks()
+	hs.mu.Lock()
+	owners := hs.owners
+	hs.owners = nil
+	hs.mu.Unlock()
 	for o := range owners {
-		f.ownersMu.Lock()
-		if f.owners[o.key] == o {
-			delete(f.owners, o.key)
+		t.ownersMu.Lock()
+		if t.owners[o.key] == o {
+			delete(t.owners, o.key)
 		}
-		f.ownersMu.Unlock()
-		f.rangeWaits.change(o.key.owner, false, func() error { o.close(); return nil })
+		t.ownersMu.Unlock()
+		t.waits.change(o.key.owner, false, func() error { o.close(); return nil })
 	}
 	if owner != 0 {
-		f.dropOwner(h.key, owner)
+		t.Flush(h.Inode(), owner)
 	}
 }
 
@@ -204,7 +305,7 @@ func flockT(lk fuse.FileLock, typ fuse.LockType) unix.Flock_t {
 // try makes one non-blocking attempt at a lock request; a conflict is EAGAIN.
 // waiting: the attempt is one of a byte-range wait (F_SETLKW), which ends
 // if it succeeds.
-func (h *fileHandle) try(req *fuse.LockRequest, waiting bool) error {
+func (t *Table) try(h File, req *fuse.LockRequest, waiting bool) error {
 	if req.LockFlags&fuse.LockFlock != 0 {
 		var how int
 		switch req.Lock.Type {
@@ -219,36 +320,36 @@ func (h *fileHandle) try(req *fuse.LockRequest, waiting bool) error {
 		}
 		flock := func(fd int) error { return unix.Flock(fd, how) }
 		if how == unix.LOCK_UN {
-			h.lockCache(true)
-			return h.flockFd(true, flock)
+			h.LockChanged(true)
+			return h.FlockFd(true, flock)
 		}
-		err := h.flockFd(false, flock)
+		err := h.FlockFd(false, flock)
 		if err == nil {
-			h.lockCache(false)
+			h.LockChanged(false)
 		}
 		return err
 	}
 	lk := flockT(req.Lock, req.Lock.Type)
 	if req.Lock.Type == fuse.LockUnlock {
-		h.n.fs.ownersMu.Lock()
-		o := h.n.fs.owners[ownerKey{inode: h.key, owner: req.LockOwner}]
-		h.n.fs.ownersMu.Unlock()
+		t.ownersMu.Lock()
+		o := t.owners[ownerKey{inode: h.Inode(), owner: req.LockOwner}]
+		t.ownersMu.Unlock()
 		if o == nil {
 			return nil // nothing held
 		}
-		h.lockCache(true)
-		return h.n.fs.rangeWaits.change(req.LockOwner, false, func() error {
+		h.LockChanged(true)
+		return t.waits.change(req.LockOwner, false, func() error {
 			_, err := o.do(func(fd int) error { return unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk) })
 			return err
 		})
 	}
 	for {
-		o, err := h.ownerFor(req.LockOwner)
+		o, err := t.ownerFor(h, req.LockOwner)
 		if err != nil {
 			return err
 		}
 		ok := true
-		err = h.n.fs.rangeWaits.change(req.LockOwner, waiting, func() error {
+		err = t.waits.change(req.LockOwner, waiting, func() error {
 			var err error
 			ok, err = o.do(func(fd int) error { return unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk) })
 			if !ok {
@@ -261,26 +362,26 @@ func (h *fileHandle) try(req *fuse.LockRequest, waiting bool) error {
 		}
 		if err == nil {
 			o.pid.Store(req.Lock.PID)
-			h.lockCache(false)
+			h.LockChanged(false)
 		}
 		return err
 	}
 }
 
 // lockErr maps the result of an attempt to the errno the caller sees.
-func (h *fileHandle) lockErr(op string, err error) error {
+func (t *Table) lockErr(h File, op string, err error) error {
 	switch err {
 	case nil:
 		return nil
 	case unix.EAGAIN, unix.EACCES:
 		return syscall.EAGAIN
 	}
-	return h.n.fs.fail(op, h.n.path(), err)
+	return t.cfg.Fail(op, h.Path(), err)
 }
 
-// Lock takes a lock without waiting (LOCK_NB, F_SETLK).
-func (h *fileHandle) Lock(ctx context.Context, req *fuse.LockRequest) error {
-	return h.lockErr("lock", h.try(req, false))
+// Lock takes a lock on h without waiting (LOCK_NB, F_SETLK).
+func (t *Table) Lock(h File, req *fuse.LockRequest) error {
+	return t.lockErr(h, "lock", t.try(h, req, false))
 }
 
 // Lock backoff bounds (see the comment at the top of the file).
@@ -289,8 +390,8 @@ const (
 	lockPollMax = 50 * time.Millisecond
 )
 
-// LockWait takes a lock, waiting until it is free or ctx ends (EINTR).
-func (h *fileHandle) LockWait(ctx context.Context, req *fuse.LockWaitRequest) error {
+// LockWait takes a lock on h, waiting until it is free or ctx ends (EINTR).
+func (t *Table) LockWait(ctx context.Context, h File, req *fuse.LockWaitRequest) error {
 	r := (*fuse.LockRequest)(req)
 	delay := lockPollMin
 	var timer *time.Timer
@@ -301,14 +402,14 @@ func (h *fileHandle) LockWait(ctx context.Context, req *fuse.LockWaitRequest) er
 	}()
 	posix := r.LockFlags&fuse.LockFlock == 0
 	if posix {
-		defer h.n.fs.rangeWaits.done(r.LockOwner)
+		defer t.waits.done(r.LockOwner)
 	}
 	for {
-		err := h.try(r, posix)
+		err := t.try(h, r, posix)
 		if err != unix.EAGAIN && err != unix.EACCES {
-			return h.lockErr("lockwait", err)
+			return t.lockErr(h, "lockwait", err)
 		}
-		if posix && h.closesCycle(r) {
+		if posix && t.closesCycle(h, r) {
 			return syscall.EDEADLK
 		}
 		// Jitter in [delay/2, delay): waiters do not poll in step.
@@ -329,9 +430,9 @@ func (h *fileHandle) LockWait(ctx context.Context, req *fuse.LockWaitRequest) er
 	}
 }
 
-// Unlock releases a lock or part of a byte range.
-func (h *fileHandle) Unlock(ctx context.Context, req *fuse.UnlockRequest) error {
+// Unlock releases a lock on h or part of a byte range.
+func (t *Table) Unlock(h File, req *fuse.UnlockRequest) error {
 	r := *(*fuse.LockRequest)(req)
 	r.Lock.Type = fuse.LockUnlock
-	return h.lockErr("unlock", h.try(&r, false))
+	return t.lockErr(h, "unlock", t.try(h, &r, false))
 }

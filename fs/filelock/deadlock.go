@@ -1,4 +1,4 @@
-package fs
+package filelock
 
 import (
 	"errors"
@@ -105,15 +105,14 @@ func (g *rangeWaits) done(owner fuse.LockOwner) {
 // into and reports whether waiting for it closes a cycle of waits. It runs
 // under the graph's lock: no lock changes between what it sees and what it
 // records.
-func (h *fileHandle) closesCycle(r *fuse.LockRequest) bool {
-	f := h.n.fs
-	g := &f.rangeWaits
+func (t *Table) closesCycle(h File, r *fuse.LockRequest) bool {
+	g := &t.waits
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	lk := flockT(r.Lock, r.Lock.Type)
-	f.ownersMu.Lock()
-	o := f.owners[ownerKey{inode: h.key, owner: r.LockOwner}]
-	f.ownersMu.Unlock()
+	t.ownersMu.Lock()
+	o := t.owners[ownerKey{inode: h.Inode(), owner: r.LockOwner}]
+	t.ownersMu.Unlock()
 	if o == nil {
 		return false
 	}
@@ -122,7 +121,7 @@ func (h *fileHandle) closesCycle(r *fuse.LockRequest) bool {
 		delete(g.blocker, r.LockOwner)
 		return false
 	}
-	holder := f.ofdOwner(h.key, r.LockOwner, lk)
+	holder := t.ofdOwner(h.Inode(), r.LockOwner, lk)
 	if holder == nil {
 		delete(g.blocker, r.LockOwner)
 		return false
