@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/lockfs/lockfs/fs/control"
 	"github.com/lockfs/lockfs/fs/filelock"
+	"github.com/lockfs/lockfs/internal/logs"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -224,12 +224,7 @@ func New(cfg Config) (*FS, error) {
 	if cfg.Source == "" || !filepath.IsAbs(cfg.Source) {
 		return nil, fmt.Errorf("lockfs: source %q must be an absolute path", cfg.Source)
 	}
-	log := cfg.Logger
-	if log == nil {
-		l := logrus.New()
-		l.Out = io.Discard
-		log = l
-	}
+	log := logs.OrDiscard(cfg.Logger)
 	rootFd, err := unix.Open(cfg.Source, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("lockfs: open source %q: %w", cfg.Source, err)

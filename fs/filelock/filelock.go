@@ -3,7 +3,6 @@ package filelock
 import (
 	"context"
 	"math"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -12,6 +11,7 @@ import (
 	"bazil.org/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/backoff"
 	"github.com/lockfs/lockfs/internal/resolve"
 )
 
@@ -393,13 +393,8 @@ const (
 // LockWait takes a lock on h, waiting until it is free or ctx ends (EINTR).
 func (t *Table) LockWait(ctx context.Context, h File, req *fuse.LockWaitRequest) error {
 	r := (*fuse.LockRequest)(req)
-	delay := lockPollMin
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	// Jittered waits: waiters do not poll in step.
+	bo := backoff.New(lockPollMin, lockPollMax)
 	posix := r.LockFlags&fuse.LockFlock == 0
 	if posix {
 		defer t.waits.done(r.LockOwner)
@@ -412,20 +407,8 @@ func (t *Table) LockWait(ctx context.Context, h File, req *fuse.LockWaitRequest)
 		if posix && t.closesCycle(h, r) {
 			return syscall.EDEADLK
 		}
-		// Jitter in [delay/2, delay): waiters do not poll in step.
-		d := delay/2 + rand.N(delay/2+1)
-		if timer == nil {
-			timer = time.NewTimer(d)
-		} else {
-			timer.Reset(d)
-		}
-		select {
-		case <-ctx.Done():
+		if bo.Sleep(ctx, nil, nil) != nil {
 			return syscall.EINTR
-		case <-timer.C:
-		}
-		if delay *= 2; delay > lockPollMax {
-			delay = lockPollMax
 		}
 	}
 }
