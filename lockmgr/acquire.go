@@ -138,13 +138,13 @@ func (e *Engine) acquire(ctx context.Context, req Request) (Grant, error) {
 	}
 	if ls := e.locks[req.Lock]; ls != nil {
 		if h := ls.holds[req.Owner]; h != nil && h.explicit != 0 {
-			return e.convertLocked(ctx, ls, h, rc) // unlocks mu
+			return e.convertUnlocksMu(ctx, ls, h, rc) // unlocks mu
 		}
 	}
 	steps := plan(req.Lock, req.Mode)
 	for i, s := range steps {
-		if err := e.stepLocked(ctx, s, rc); err != nil {
-			e.rollbackLocked(steps[:i], req.Owner)
+		if err := e.stepDropsMu(ctx, s, rc); err != nil {
+			e.rollbackDropsMu(steps[:i], req.Owner)
 			e.mu.Unlock()
 			return Grant{}, err
 		}
@@ -192,10 +192,10 @@ func (e *Engine) issueToken(ctx context.Context, req Request) (Grant, error) {
 	return Grant{Token: tok}, nil
 }
 
-// stepLocked takes one step of a plan: it waits until the step can be
+// stepDropsMu takes one step of a plan: it waits until the step can be
 // granted locally and the lease covers it, then records the hold. mu is
 // held on entry and on return, and dropped while waiting.
-func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
+func (e *Engine) stepDropsMu(ctx context.Context, s step, rc *reqCtx) error {
 	var w *waiter
 	var sw selfWait
 	// out registers the request in the lock's outside set while it waits
@@ -204,7 +204,7 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 	defer out.leaveLocked()
 	defer func() {
 		if w != nil {
-			e.leaveQueueLocked(s.id, w)
+			e.leaveQueueDropsMu(s.id, w)
 		}
 	}()
 	for {
@@ -213,14 +213,14 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 		}
 		ls := e.lockLocked(s.id)
 		if e.grantableLocked(ls, s, rc, w) && !e.yieldBlocksLocked(ls, s, rc) {
-			done, err := e.takeLocked(ctx, ls, s, rc, &w, &out)
+			done, err := e.takeDropsMu(ctx, ls, s, rc, &w, &out)
 			if err != nil || done {
 				return err
 			}
 			continue
 		}
 		if !rc.req.Wait {
-			if e.noticeExitsLocked(ctx, ls, s, rc) {
+			if e.noticeExitsDropsMu(ctx, ls, s, rc) {
 				continue
 			}
 			return ErrWouldBlock
@@ -244,19 +244,19 @@ func (e *Engine) stepLocked(ctx context.Context, s step, rc *reqCtx) error {
 		// lock to a hold granted meanwhile on the weaker lease, is more
 		// than the holds need: bring it down while the request waits.
 		// Other hosts may wait for it, and this lock's holders for them.
-		e.settleLocked(ls)
-		if err := e.sleepLocked(ctx, w, &sw); err != nil {
+		e.settleDropsMu(ls)
+		if err := e.sleepDropsMu(ctx, w, &sw); err != nil {
 			return err
 		}
 	}
 }
 
-// takeLocked takes step s, which the engine's own table grants, once the
+// takeDropsMu takes step s, which the engine's own table grants, once the
 // lease covers it: at once if it does, after another request's backend call
 // ends, or after a claim of its own. done reports that the hold is
 // recorded; otherwise the caller looks again. *w, rc's queue entry, leaves
 // the queue on the grant.
-func (e *Engine) takeLocked(ctx context.Context, ls *lockState, s step, rc *reqCtx, w **waiter, out *outsideWait) (done bool, err error) {
+func (e *Engine) takeDropsMu(ctx context.Context, ls *lockState, s step, rc *reqCtx, w **waiter, out *outsideWait) (done bool, err error) {
 	need := maxMode(e.leaseModeLocked(ls), s.mode)
 	// A lease being downgraded or released (settling) still reports its
 	// old mode: a hold that needs more than the mode it is going to
@@ -284,18 +284,18 @@ func (e *Engine) takeLocked(ctx context.Context, ls *lockState, s step, rc *reqC
 		if ls.busyWaits && !rc.req.Wait {
 			return false, ErrWouldBlock
 		}
-		return false, e.waitChangeLocked(ctx, ls, rc.req.TID)
+		return false, e.waitChangeDropsMu(ctx, ls, rc.req.TID)
 	}
-	if err := e.claimLocked(ctx, ls, need, rc.req.Wait); err != nil {
-		e.settleLocked(ls)
+	if err := e.claimDropsMu(ctx, ls, need, rc.req.Wait); err != nil {
+		e.settleDropsMu(ls)
 		return false, err
 	}
 	return false, nil
 }
 
-// rollbackLocked undoes the implicit steps of a request that failed.
-func (e *Engine) rollbackLocked(steps []step, owner Owner) {
+// rollbackDropsMu undoes the implicit steps of a request that failed.
+func (e *Engine) rollbackDropsMu(steps []step, owner Owner) {
 	for i := len(steps) - 1; i >= 0; i-- {
-		e.releaseStepLocked(steps[i], owner)
+		e.releaseStepDropsMu(steps[i], owner)
 	}
 }

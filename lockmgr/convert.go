@@ -5,11 +5,11 @@ import (
 	"errors"
 )
 
-// convertLocked handles a request by an owner that already holds the lock
+// convertUnlocksMu handles a request by an owner that already holds the lock
 // explicitly: same mode is a no-op, a downgrade is immediate, an upgrade
 // follows the owner class's kernel semantics. mu is held on entry and
 // released on return.
-func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *reqCtx) (Grant, error) {
+func (e *Engine) convertUnlocksMu(ctx context.Context, ls *lockState, h *hold, rc *reqCtx) (Grant, error) {
 	req := rc.req
 	if h.lost != nil {
 		err := h.lost
@@ -27,14 +27,14 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 	case req.Mode == Shared: // downgrade
 		ls.change(h, func() { h.explicit = Shared })
 		e.broadcastLocked(ls)
-		e.settleLocked(ls)
+		e.settleDropsMu(ls)
 		e.mu.Unlock()
 		return e.issueToken(ctx, req)
 	}
 	up := step{id: req.Lock, mode: Exclusive, explicit: true}
 	if req.Owner.Class == OwnerPOSIX || !req.Wait {
 		// Atomic: keep the shared hold while trying or waiting.
-		if err := e.stepLocked(ctx, up, rc); err != nil {
+		if err := e.stepDropsMu(ctx, up, rc); err != nil {
 			e.mu.Unlock()
 			return Grant{}, err
 		}
@@ -44,7 +44,7 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 	// flock(2): try at once; if that fails, drop the shared hold and wait.
 	nb := *rc
 	nb.req.Wait = false
-	err := e.stepLocked(ctx, up, &nb)
+	err := e.stepDropsMu(ctx, up, &nb)
 	if err == nil {
 		e.mu.Unlock()
 		return e.issueToken(ctx, req)
@@ -68,10 +68,10 @@ func (e *Engine) convertLocked(ctx context.Context, ls *lockState, h *hold, rc *
 		return Grant{}, ErrDeadlock
 	}
 	e.broadcastLocked(ls)
-	if err := e.stepLocked(ctx, up, rc); err != nil {
+	if err := e.stepDropsMu(ctx, up, rc); err != nil {
 		// As in the kernel, a failed conversion leaves no lock at all.
 		steps := plan(req.Lock, req.Mode)
-		e.rollbackLocked(steps[:len(steps)-1], req.Owner)
+		e.rollbackDropsMu(steps[:len(steps)-1], req.Owner)
 		e.mu.Unlock()
 		return Grant{}, err
 	}

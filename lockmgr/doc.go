@@ -23,7 +23,7 @@
 // newdir and usage kinds — D's own directory lock shared, then the lock
 // itself. Each step may wait; taking them root first means contention
 // happens only at the lowest common ancestor. A request that fails or is
-// cancelled midway gives back the steps it took (rollbackLocked). Releasing
+// cancelled midway gives back the steps it took (rollbackDropsMu). Releasing
 // the lock releases its implicit holds.
 //
 // # Owners and lineage
@@ -119,6 +119,22 @@
 // for a dead holder's heirs drop mu. Snapshot copies the table under mu
 // and asks leases for their descriptions after. Waiters never hold mu while
 // they sleep.
+//
+// A helper's name says what it does with mu:
+//
+//   - …Locked: called with mu held; mu stays held throughout, so what the
+//     caller read under mu before the call is still true after it.
+//   - …DropsMu: called with mu held and returns with it held, but releases
+//     it part way through (a backend call, a sleep, a /proc scan): after
+//     the call, the caller must look at the table again. So is every
+//     helper that calls a …DropsMu one (stepDropsMu, settleDropsMu,
+//     loseDropsMu, …).
+//   - …UnlocksMu: called with mu held, returns with it released
+//     (convertUnlocksMu).
+//
+// A function with none of these suffixes takes mu itself, if it needs it.
+// TestMuNames checks the first two rules on the source: no …Locked helper
+// unlocks mu or calls a …DropsMu or …UnlocksMu one.
 //
 // # Errors
 //

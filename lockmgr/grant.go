@@ -5,9 +5,9 @@ import (
 	"errors"
 )
 
-// claimLocked brings ls's lease up to mode need, dropping mu for the
+// claimDropsMu brings ls's lease up to mode need, dropping mu for the
 // backend call. On return mu is held and ls.busy is false.
-func (e *Engine) claimLocked(ctx context.Context, ls *lockState, need Mode, wait bool) error {
+func (e *Engine) claimDropsMu(ctx context.Context, ls *lockState, need Mode, wait bool) error {
 	lease := ls.lease
 	// A lease that no hold needs is given back and claimed anew rather
 	// than upgraded: an upgrade keeps the old claim while it waits, and
@@ -48,7 +48,7 @@ func (e *Engine) claimLocked(ctx context.Context, ls *lockState, need Mode, wait
 		e.watchLocked(ls, fresh)
 	}
 	if err != nil && lease != nil && errors.Is(err, ErrLeaseLost) {
-		e.loseLocked(ls, lease, err)
+		e.loseDropsMu(ls, lease, err)
 	}
 	if err != nil && e.closed {
 		return ErrClosed

@@ -54,13 +54,13 @@ import (
 // watchLinger is how long a watch without holds is kept for reuse.
 const watchLinger = 5 * time.Second
 
-// noticeExitsLocked is for a request about to be refused without waiting
+// noticeExitsDropsMu is for a request about to be refused without waiting
 // (LOCK_NB): an exit watch reports asynchronously, and the holds that block
 // the request may belong to a process that has just exited, whose heir
 // the request descends from. It looks at the processes behind those holds
 // in /proc, without mu, and hands on the holds of those that have exited.
 // It reports whether any had: then the request looks again.
-func (e *Engine) noticeExitsLocked(ctx context.Context, ls *lockState, s step, rc *reqCtx) bool {
+func (e *Engine) noticeExitsDropsMu(ctx context.Context, ls *lockState, s step, rc *reqCtx) bool {
 	if e.watcher == nil {
 		return false
 	}
@@ -77,7 +77,7 @@ func (e *Engine) noticeExitsLocked(ctx context.Context, ls *lockState, s step, r
 	}
 	if scanning {
 		// An exit is being handled: wait for its heirs.
-		return e.waitChangeLocked(ctx, ls, 0) == nil
+		return e.waitChangeDropsMu(ctx, ls, 0) == nil
 	}
 	if len(takers) == 0 {
 		return false
@@ -92,16 +92,16 @@ func (e *Engine) noticeExitsLocked(ctx context.Context, ls *lockState, s step, r
 	e.mu.Lock()
 	for _, p := range dead {
 		if w := e.watches[p]; w != nil && !w.exited {
-			e.exitedNowLocked(w)
+			e.exitedNowDropsMu(w)
 		}
 	}
 	return len(dead) > 0
 }
 
-// reassignLocked finds heirs for the holds of w's process, which has
+// reassignDropsMu finds heirs for the holds of w's process, which has
 // exited, and wakes the waiters of their locks. mu is dropped for the
 // /proc scans.
-func (e *Engine) reassignLocked(w *procWatch) {
+func (e *Engine) reassignDropsMu(w *procWatch) {
 	var holds []*hold
 	touched := map[LockID]bool{}
 	for h := range w.holds {
@@ -111,7 +111,7 @@ func (e *Engine) reassignLocked(w *procWatch) {
 			holds = append(holds, h)
 		}
 	}
-	e.findHeirsLocked(holds)
+	e.findHeirsDropsMu(holds)
 	for id := range touched {
 		if ls := e.locks[id]; ls != nil {
 			ls.wakeAllLocked()
@@ -119,11 +119,11 @@ func (e *Engine) reassignLocked(w *procWatch) {
 	}
 }
 
-// findHeirsLocked scans /proc for the holders of the descriptors of the
+// findHeirsDropsMu scans /proc for the holders of the descriptors of the
 // holds' control files, with mu dropped, and names each hold's heirs. A
 // hold whose scan found several candidate descriptions is scanned again
 // later (rescanLaterLocked).
-func (e *Engine) findHeirsLocked(holds []*hold) {
+func (e *Engine) findHeirsDropsMu(holds []*hold) {
 	if len(holds) == 0 {
 		return
 	}
@@ -168,7 +168,7 @@ func (e *Engine) findHeirsLocked(holds []*hold) {
 	}
 }
 
-// scanDescriptors is how findHeirsLocked asks the watcher: one call for
+// scanDescriptors is how findHeirsDropsMu asks the watcher: one call for
 // every inode. A variable only so that a test's control can scan once per
 // control file, as before.
 var scanDescriptors = func(ctx context.Context, w ProcessWatcher, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
@@ -210,7 +210,7 @@ func (e *Engine) rescanLaterLocked(h *hold) {
 			return // released, lost, taken again or named meanwhile
 		}
 		h.scanned = false
-		e.findHeirsLocked([]*hold{h})
+		e.findHeirsDropsMu([]*hold{h})
 		if len(h.heirs) > 0 {
 			ls.wakeAllLocked()
 		}

@@ -253,7 +253,7 @@ func TestExitOfManyHoldsScansOnce(t *testing.T) {
 	}
 }
 
-// scanEach asks w about one inode at a time, as findHeirsLocked did before
+// scanEach asks w about one inode at a time, as findHeirsDropsMu did before
 // one scan served them all.
 func scanEach(ctx context.Context, w ProcessWatcher, inos []uint64, known func(ino uint64, pid int) bool) (map[uint64][][]ProcID, error) {
 	found := map[uint64][][]ProcID{}

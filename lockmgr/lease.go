@@ -24,8 +24,8 @@ func (e *Engine) watchLocked(ls *lockState, lease Lease) {
 		if err == nil {
 			err = ErrLeaseLost
 		}
-		e.loseLocked(ls, lease, err)
-		e.settleLocked(ls)
+		e.loseDropsMu(ls, lease, err)
+		e.settleDropsMu(ls)
 	}
 	if n, ok := lease.(LossNotifier); ok {
 		ls.unwatch = n.OnLost(lost)
@@ -59,7 +59,7 @@ func (ls *lockState) unwatchLocked() {
 	}
 }
 
-// loseLocked marks every live hold of ls lost, and with each the other holds
+// loseDropsMu marks every live hold of ls lost, and with each the other holds
 // of the same owner (its implicit holds on ancestors exist only on behalf
 // of its lock, and its lock is unprotected once any of them is), and tells
 // OnLoss once per explicit hold so marked. The holds stay in the table,
@@ -67,7 +67,7 @@ func (ls *lockState) unwatchLocked() {
 // them fail with ErrLeaseLost. Other locks whose holds were marked are
 // settled (their leases given back if nothing else needs them). A POSIX
 // owner (one process) that holds several control files loses them all.
-func (e *Engine) loseLocked(ls *lockState, lease Lease, cause error) {
+func (e *Engine) loseDropsMu(ls *lockState, lease Lease, cause error) {
 	if !errors.Is(cause, ErrLeaseLost) {
 		cause = fmt.Errorf("%w: %v", ErrLeaseLost, cause)
 	}
@@ -124,7 +124,7 @@ func (e *Engine) loseLocked(ls *lockState, lease Lease, cause error) {
 		}()
 	}
 	for _, l := range others {
-		e.settleLocked(l)
+		e.settleDropsMu(l)
 	}
 }
 
@@ -145,11 +145,11 @@ func (e *Engine) Break(ctx context.Context, id LockID) error {
 		return fmt.Errorf("break %s: %w", id, ErrNotHeld)
 	}
 	for ls.busy {
-		if err := e.waitChangeLocked(ctx, ls, 0); err != nil {
+		if err := e.waitChangeDropsMu(ctx, ls, 0); err != nil {
 			return fmt.Errorf("break %s: %w", id, err)
 		}
 	}
-	e.loseLocked(ls, ls.lease, fmt.Errorf("%w: %w", ErrLeaseLost, ErrBroken))
-	e.settleLocked(ls)
+	e.loseDropsMu(ls, ls.lease, fmt.Errorf("%w: %w", ErrLeaseLost, ErrBroken))
+	e.settleDropsMu(ls)
 	return nil
 }

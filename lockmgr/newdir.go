@@ -102,7 +102,7 @@ func (e *Engine) GiveUpAdopted(parent, name string, tid int) bool {
 		return false
 	}
 	h.adopted = slices.DeleteFunc(h.adopted, func(id LockID) bool { return id == child })
-	e.releaseAdoptedLocked(child, h.owner)
+	e.releaseAdoptedDropsMu(child, h.owner)
 	return true
 }
 

@@ -143,7 +143,7 @@ func (e *Engine) watchExit(ctx context.Context, w *procWatch, p ProcID) {
 	}
 	e.mu.Lock()
 	if e.watches[p] == w && !w.exited {
-		e.exitedNowLocked(w)
+		e.exitedNowDropsMu(w)
 		if len(w.holds) == 0 {
 			e.endWatchLocked(p, w) // idle: nothing more to watch
 		}
@@ -151,10 +151,10 @@ func (e *Engine) watchExit(ctx context.Context, w *procWatch, p ProcID) {
 	e.mu.Unlock()
 }
 
-// exitedNowLocked records that w's process has exited and hands its holds on.
-func (e *Engine) exitedNowLocked(w *procWatch) {
+// exitedNowDropsMu records that w's process has exited and hands its holds on.
+func (e *Engine) exitedNowDropsMu(w *procWatch) {
 	w.exited = true
 	e.exitWork++
-	e.reassignLocked(w)
+	e.reassignDropsMu(w)
 	e.exitWork--
 }

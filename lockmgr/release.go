@@ -34,10 +34,10 @@ func (e *Engine) Release(ctx context.Context, id LockID, owner Owner) error {
 	}
 	e.broadcastLocked(ls)
 	steps := plan(id, mode)
-	e.rollbackLocked(steps[:len(steps)-1], owner)
-	e.settleLocked(ls)
+	e.rollbackDropsMu(steps[:len(steps)-1], owner)
+	e.settleDropsMu(ls)
 	for _, child := range adopted {
-		e.releaseAdoptedLocked(child, owner)
+		e.releaseAdoptedDropsMu(child, owner)
 	}
 	return nil
 }
@@ -61,9 +61,9 @@ func (e *Engine) endRelease(wakes uint64) {
 	}
 }
 
-// releaseAdoptedLocked releases a new directory's lock that came with a
+// releaseAdoptedDropsMu releases a new directory's lock that came with a
 // new-dir lock, unless its owner has released it already.
-func (e *Engine) releaseAdoptedLocked(id LockID, owner Owner) {
+func (e *Engine) releaseAdoptedDropsMu(id LockID, owner Owner) {
 	ls := e.locks[id]
 	if ls == nil {
 		return
@@ -73,11 +73,11 @@ func (e *Engine) releaseAdoptedLocked(id LockID, owner Owner) {
 		return
 	}
 	steps := plan(id, h.explicit)
-	e.rollbackLocked(steps, owner)
+	e.rollbackDropsMu(steps, owner)
 }
 
-// releaseStepLocked undoes one implicit step of owner.
-func (e *Engine) releaseStepLocked(s step, owner Owner) {
+// releaseStepDropsMu undoes one implicit step of owner.
+func (e *Engine) releaseStepDropsMu(s step, owner Owner) {
 	ls := e.locks[s.id]
 	if ls == nil {
 		return
@@ -96,15 +96,15 @@ func (e *Engine) releaseStepLocked(s step, owner Owner) {
 		e.dropHoldLocked(ls, h)
 	}
 	e.broadcastLocked(ls)
-	e.settleLocked(ls)
+	e.settleDropsMu(ls)
 }
 
-// settleLocked brings ls's lease in line with its holds once no backend call
+// settleDropsMu brings ls's lease in line with its holds once no backend call
 // is in flight: released when nothing holds or waits for the lock,
 // downgraded when only shared holds remain, and the table entry dropped when
 // idle. Upgrades are the acquirer's business. mu is held on entry and on
 // return, and dropped for backend calls.
-func (e *Engine) settleLocked(ls *lockState) {
+func (e *Engine) settleDropsMu(ls *lockState) {
 	for !ls.busy {
 		need := e.leaseModeLocked(ls)
 		if ls.lease == nil {

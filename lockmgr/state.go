@@ -54,7 +54,7 @@ type lockState struct {
 	busy bool
 	// busyWaits: the in-flight backend call may wait for a long time.
 	busyWaits bool
-	// settling: the in-flight call is settleLocked's downgrade or release,
+	// settling: the in-flight call is settleDropsMu's downgrade or release,
 	// which lowers the lease's mode to settleTo (0: released): until it
 	// returns, the lease's Mode may still say the old one, and no hold
 	// that needs more than settleTo may be granted on it.

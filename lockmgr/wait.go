@@ -62,9 +62,9 @@ func (e *Engine) refuseCycleLocked(ls *lockState, s step, rc *reqCtx, w *waiter,
 	return nil
 }
 
-// leaveQueueLocked takes w out of the queue of lock id after its request
+// leaveQueueDropsMu takes w out of the queue of lock id after its request
 // failed or was cancelled, and settles the lock.
-func (e *Engine) leaveQueueLocked(id LockID, w *waiter) {
+func (e *Engine) leaveQueueDropsMu(id LockID, w *waiter) {
 	ls := e.locks[id]
 	if ls == nil {
 		if e.waiting[w.rc.req.TID] == w {
@@ -73,7 +73,7 @@ func (e *Engine) leaveQueueLocked(id LockID, w *waiter) {
 		return
 	}
 	e.dequeueLocked(ls, w)
-	e.settleLocked(ls)
+	e.settleDropsMu(ls)
 }
 
 // selfDeadlockGrace is how long a thread that waits for its own hold
@@ -88,9 +88,9 @@ type parking struct {
 	timer <-chan time.Time
 }
 
-// sleepLocked drops mu until w is woken, the self-wait grace runs out or
+// sleepDropsMu drops mu until w is woken, the self-wait grace runs out or
 // ctx ends.
-func (e *Engine) sleepLocked(ctx context.Context, w *waiter, sw *selfWait) error {
+func (e *Engine) sleepDropsMu(ctx context.Context, w *waiter, sw *selfWait) error {
 	tid := w.rc.req.TID
 	var timer <-chan time.Time
 	if !sw.over {
@@ -112,9 +112,9 @@ func (e *Engine) sleepLocked(ctx context.Context, w *waiter, sw *selfWait) error
 	return err
 }
 
-// waitChangeLocked drops mu until ls changes or ctx ends. tid, if not 0,
+// waitChangeDropsMu drops mu until ls changes or ctx ends. tid, if not 0,
 // is recorded as parked meanwhile.
-func (e *Engine) waitChangeLocked(ctx context.Context, ls *lockState, tid int) error {
+func (e *Engine) waitChangeDropsMu(ctx context.Context, ls *lockState, tid int) error {
 	ch := ls.changedLocked()
 	if tid != 0 {
 		e.parked[tid] = parking{ch: ch}

@@ -16,7 +16,7 @@ package lockmgr
 //     and given back with no local demand in between are never asked, so
 //     the backend's watch costs nothing when nobody competes here.
 //   - Once the lease's Contended channel is closed, the lock is yielding:
-//     no new request is granted on that lease, and settleLocked no longer
+//     no new request is granted on that lease, and settleDropsMu no longer
 //     hands it to the next local waiter. The holds running then finish;
 //     the last one's release gives the lease back (the backend keeps no
 //     warm or kept claim of a yielding lease: that is the backend's side
@@ -82,7 +82,7 @@ func (e *Engine) yieldBlocksLocked(ls *lockState, s step, rc *reqCtx) bool {
 	return ls.lease != nil && e.needsLease(s) && e.yieldingLocked(ls) && !e.privilegedLocked(ls, rc)
 }
 
-// handOnYieldsLocked is settleLocked's question before it hands ls's lease,
+// handOnYieldsLocked is settleDropsMu's question before it hands ls's lease,
 // which no hold needs any more, to the waiter at the head of the queue: is
 // the lease wanted outside? Then it is given back instead.
 func (e *Engine) handOnYieldsLocked(ls *lockState) bool {
