@@ -7,6 +7,12 @@ import (
 	"time"
 )
 
+// A request's life, top down: Acquire validates it; acquire reads the
+// requester's lineage, applies the usage rule, turns a second request of an
+// owner into a conversion (convert.go) and makes the plan, whose steps
+// grant.go takes one by one (waiting in wait.go); issueToken then gives the
+// grant its fencing token (tokens.go). Release is release.go.
+
 // Request asks for one lock.
 type Request struct {
 	// Lock is the lock asked for.
@@ -153,6 +159,36 @@ func (e *Engine) acquire(ctx context.Context, req Request) (Grant, error) {
 	return e.issueToken(ctx, req)
 }
 
+// usageRuleLocked enforces SPEC §2.4: a process whose lineage holds a usage
+// lock may ask only for locks its lineage already holds (in at least the
+// mode asked for).
+func (e *Engine) usageRuleLocked(rc *reqCtx) error {
+	if len(e.usage) == 0 || len(rc.lineage) == 0 {
+		return nil
+	}
+	var held *hold
+	for h := range e.usage {
+		if h.lost == nil && e.belongsToLineageLocked(h, rc.lineage) {
+			held = h
+			break
+		}
+	}
+	if held == nil {
+		return nil
+	}
+	if ls := e.locks[rc.req.Lock]; ls != nil {
+		for _, h := range ls.holds {
+			if h.lost != nil || h.mode() < rc.req.Mode {
+				continue
+			}
+			if h.owner == rc.req.Owner || e.belongsToLineageLocked(h, rc.lineage) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("a usage lock is held by this process or an ancestor: %w", ErrDeadlock)
+}
+
 // issueToken asks the lease for the grant's fencing token and records it,
 // or, if the request defers it, records that it is due (tokens.go).
 func (e *Engine) issueToken(ctx context.Context, req Request) (Grant, error) {
@@ -190,107 +226,6 @@ func (e *Engine) issueToken(ctx context.Context, req Request) (Grant, error) {
 	}
 	e.mu.Unlock()
 	return Grant{Token: tok}, nil
-}
-
-// stepDropsMu takes one step of a plan: it waits until the step can be
-// granted locally and the lease covers it, then records the hold. mu is
-// held on entry and on return, and dropped while waiting.
-func (e *Engine) stepDropsMu(ctx context.Context, s step, rc *reqCtx) error {
-	var w *waiter
-	var sw selfWait
-	// out registers the request in the lock's outside set while it waits
-	// for the backend's claim (status).
-	var out outsideWait
-	defer out.leaveLocked()
-	defer func() {
-		if w != nil {
-			e.leaveQueueDropsMu(s.id, w)
-		}
-	}()
-	for {
-		if e.closed {
-			return ErrClosed
-		}
-		ls := e.lockLocked(s.id)
-		if e.grantableLocked(ls, s, rc, w) && !e.yieldBlocksLocked(ls, s, rc) {
-			done, err := e.takeDropsMu(ctx, ls, s, rc, &w, &out)
-			if err != nil || done {
-				return err
-			}
-			continue
-		}
-		if !rc.req.Wait {
-			if e.noticeExitsDropsMu(ctx, ls, s, rc) {
-				continue
-			}
-			return ErrWouldBlock
-		}
-		if err := e.refuseCycleLocked(ls, s, rc, w, &sw); err != nil {
-			return err
-		}
-		// It now waits for a hold here, not for the backend: status
-		// must show it once, queued (a later backend wait enters the
-		// outside set again, with the queue entry).
-		out.leaveLocked()
-		if w == nil {
-			w = e.enqueueLocked(ls, s, rc)
-		}
-		if ls.lease != nil && e.needsLease(s) {
-			// A hand-on of the lease to this request is foreseeable:
-			// learn from now on whether someone outside waits for it.
-			e.watchContendedLocked(ls)
-		}
-		// A lease claimed or upgraded for this request, which lost the
-		// lock to a hold granted meanwhile on the weaker lease, is more
-		// than the holds need: bring it down while the request waits.
-		// Other hosts may wait for it, and this lock's holders for them.
-		e.settleDropsMu(ls)
-		if err := e.sleepDropsMu(ctx, w, &sw); err != nil {
-			return err
-		}
-	}
-}
-
-// takeDropsMu takes step s, which the engine's own table grants, once the
-// lease covers it: at once if it does, after another request's backend call
-// ends, or after a claim of its own. done reports that the hold is
-// recorded; otherwise the caller looks again. *w, rc's queue entry, leaves
-// the queue on the grant.
-func (e *Engine) takeDropsMu(ctx context.Context, ls *lockState, s step, rc *reqCtx, w **waiter, out *outsideWait) (done bool, err error) {
-	need := maxMode(e.leaseModeLocked(ls), s.mode)
-	// A lease being downgraded or released (settling) still reports its
-	// old mode: a hold that needs more than the mode it is going to
-	// (settleTo) would outlive it (an exclusive hold under a shared kernel
-	// flock, or any hold under no lease). One that needs no more, a shared
-	// hold during a downgrade to shared, is safe at once.
-	settleOK := !ls.settling || ls.settleTo >= need
-	if !e.needsLease(s) || (settleOK && ls.lease != nil && ls.lease.Mode() >= need && ls.lease.Err() == nil) {
-		if e.needsLease(s) && e.leaseModeLocked(ls) > 0 {
-			// The lease is shared with other holds: a stream of such
-			// grants could keep it for ever (yield.go).
-			e.watchContendedLocked(ls)
-		}
-		if *w != nil {
-			e.dequeueLocked(ls, *w)
-			*w = nil
-		}
-		e.addHoldLocked(ls, s, rc)
-		return true, nil
-	}
-	if rc.req.Wait {
-		out.enterLocked(e, ls, s, rc, *w)
-	}
-	if ls.busy {
-		if ls.busyWaits && !rc.req.Wait {
-			return false, ErrWouldBlock
-		}
-		return false, e.waitChangeDropsMu(ctx, ls, rc.req.TID)
-	}
-	if err := e.claimDropsMu(ctx, ls, need, rc.req.Wait); err != nil {
-		e.settleDropsMu(ls)
-		return false, err
-	}
-	return false, nil
 }
 
 // rollbackDropsMu undoes the implicit steps of a request that failed.

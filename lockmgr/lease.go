@@ -51,6 +51,13 @@ func (e *Engine) watchLocked(ls *lockState, lease Lease) {
 	}()
 }
 
+// setLeaseLocked makes lease ls's lease (nil: none) and resets the give-up
+// state, which belongs to the lease.
+func (ls *lockState) setLeaseLocked(lease Lease) {
+	ls.lease = lease
+	ls.contended, ls.askedContended, ls.yielding = nil, false, false
+}
+
 // unwatchLocked stops ls's lease watcher, if any.
 func (ls *lockState) unwatchLocked() {
 	if ls.unwatch != nil {

@@ -1,8 +1,8 @@
 package lockmgr
 
-import "fmt"
-
-// This file holds the lineage rule (SPEC §2.3) and the usage rule (§2.4).
+// This file holds the lineage rule (SPEC §2.3); the usage rule (§2.4),
+// which a request meets before its first step, is acquire.go's
+// usageRuleLocked.
 //
 // A lock belongs to the process that took it. If that process has exited
 // while the lock is still held (its descriptor lives on in other
@@ -88,59 +88,4 @@ func (e *Engine) privilegedLocked(ls *lockState, rc *reqCtx) bool {
 		}
 	}
 	return false
-}
-
-// blockedByHoldsLocked reports whether a live hold of ls conflicts with
-// step s of rc (exemptions aside).
-func (e *Engine) blockedByHoldsLocked(ls *lockState, s step, rc *reqCtx) bool {
-	if s.mode != Exclusive && ls.nExclusive == 0 {
-		return false
-	}
-	for _, h := range ls.holds {
-		if h.owner != rc.req.Owner && Conflicts(h.mode(), s.mode) && !e.exemptLocked(h, s, rc) {
-			return true
-		}
-	}
-	return false
-}
-
-// grantableLocked reports whether step s of rc (queued as w, or not yet
-// queued if w is nil) can be granted now as far as this host's processes
-// are concerned: no live hold conflicts with it (exemptions aside), and
-// FIFO lets it go, or its lineage already holds the lock.
-func (e *Engine) grantableLocked(ls *lockState, s step, rc *reqCtx, w *waiter) bool {
-	if e.blockedByHoldsLocked(ls, s, rc) {
-		return false
-	}
-	return ls.fifoOKLocked(s, w) || e.privilegedLocked(ls, rc)
-}
-
-// usageRuleLocked enforces SPEC §2.4: a process whose lineage holds a usage
-// lock may ask only for locks its lineage already holds (in at least the
-// mode asked for).
-func (e *Engine) usageRuleLocked(rc *reqCtx) error {
-	if len(e.usage) == 0 || len(rc.lineage) == 0 {
-		return nil
-	}
-	var held *hold
-	for h := range e.usage {
-		if h.lost == nil && e.belongsToLineageLocked(h, rc.lineage) {
-			held = h
-			break
-		}
-	}
-	if held == nil {
-		return nil
-	}
-	if ls := e.locks[rc.req.Lock]; ls != nil {
-		for _, h := range ls.holds {
-			if h.lost != nil || h.mode() < rc.req.Mode {
-				continue
-			}
-			if h.owner == rc.req.Owner || e.belongsToLineageLocked(h, rc.lineage) {
-				return nil
-			}
-		}
-	}
-	return fmt.Errorf("a usage lock is held by this process or an ancestor: %w", ErrDeadlock)
 }

@@ -202,6 +202,57 @@ func (ls *lockState) wakeFrontLocked() {
 	}
 }
 
+// notifyLocked wakes the requests that sleep on ls.changed: those waiting
+// for a backend call to end, Close and Break. Call it when the lease or
+// busy change; holds that go away call broadcastLocked.
+func (ls *lockState) notifyLocked() {
+	if ls.changed != nil {
+		close(ls.changed)
+		ls.changed = nil
+	}
+}
+
+// broadcastLocked is notifyLocked plus a wake-up of the queued waiters
+// that a hold going away (or weakening) may let in: the front of the
+// queue (queue.go).
+func (ls *lockState) broadcastLocked() {
+	ls.notifyLocked()
+	ls.wakeFrontLocked()
+}
+
+// broadcastLocked is lockState.broadcastLocked plus a wake-up of the
+// waiters that may jump the queue (privilegedLocked): those whose lineage
+// holds the lock, which the front need not include, and that the hold
+// does not block. Looked for only among the holds' processes that some
+// waiter descends from (ls.under).
+func (e *Engine) broadcastLocked(ls *lockState) {
+	ls.broadcastLocked()
+	if ls.nQueue == 0 || len(ls.under) == 0 {
+		return
+	}
+	for _, h := range ls.holds {
+		if h.lost != nil {
+			continue
+		}
+		procs, inherited := e.procsLocked(h)
+		for _, p := range procs {
+			if wakeByScan {
+				e.wakeUnderLocked(ls, p)
+			} else {
+				e.wakeLetInLocked(ls, p, h, inherited)
+			}
+		}
+	}
+}
+
+// changedLocked returns the channel that the next change of ls closes.
+func (ls *lockState) changedLocked() chan struct{} {
+	if ls.changed == nil {
+		ls.changed = make(chan struct{})
+	}
+	return ls.changed
+}
+
 // wakeAllLocked wakes every waiter of ls, for changes that may exempt any
 // of them (a hold's processes changed).
 func (ls *lockState) wakeAllLocked() {
@@ -295,13 +346,4 @@ func (e *Engine) wakeUnderLocked(ls *lockState, p ProcID) {
 		return
 	}
 	e.examined += pw.below.signalAll() + pw.implicit.signalAll() + pw.shared.signalAll() + pw.exclusive.signalAll()
-}
-
-// fifoOKLocked reports whether FIFO lets step s (queued as w, or about to
-// queue if w is nil) go now: no earlier waiter's mode conflicts with it.
-func (ls *lockState) fifoOKLocked(s step, w *waiter) bool {
-	if s.mode == Exclusive {
-		return ls.head == nil || ls.head == w
-	}
-	return ls.firstX == nil || (w != nil && ls.firstX.seq > w.seq)
 }

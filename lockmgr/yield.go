@@ -40,13 +40,6 @@ package lockmgr
 // goroutine; the engine needs no goroutine of its own to react, because a
 // lease is only ever reused at a grant or a hand-on, and both look.
 
-// setLeaseLocked makes lease ls's lease (nil: none) and resets the give-up
-// state, which belongs to the lease.
-func (ls *lockState) setLeaseLocked(lease Lease) {
-	ls.lease = lease
-	ls.contended, ls.askedContended, ls.yielding = nil, false, false
-}
-
 // watchContendedLocked asks ls's lease, once per lease, for its Contended
 // channel. ContendedLease.Contended does not block: it is called under mu.
 func (e *Engine) watchContendedLocked(ls *lockState) {
