@@ -2,7 +2,6 @@ package localbackend
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lockfs/lockfs/internal/logs"
-	"github.com/lockfs/lockfs/internal/resolve"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -166,157 +164,6 @@ func checkSource(fd int, cfg Config) error {
 	return nil
 }
 
-// Claim takes the kernel flock on id's backing file in mode, creating the
-// file if needed. Without wait it fails with lockmgr.ErrWouldBlock if the
-// flock is held in a conflicting mode. With wait it blocks, cancellably,
-// until granted or ctx ends (see the package documentation for how). A
-// directory that does not exist gives an error wrapping os.ErrNotExist.
-func (b *Backend) Claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mode, wait bool) (lockmgr.Lease, error) {
-	if err := b.enter(); err != nil {
-		return nil, fmt.Errorf("claim %s %s: %w", mode, id, err)
-	}
-	defer b.inflight.Done()
-
-	l, err := b.claim(ctx, id, mode, wait)
-	if err != nil {
-		return nil, fmt.Errorf("claim %s %s: %w", mode, id, err)
-	}
-	b.mu.Lock()
-	closed := b.closed
-	if !closed {
-		b.leases[l] = struct{}{}
-	}
-	b.mu.Unlock()
-	if closed {
-		l.closeFile()
-		return nil, fmt.Errorf("claim %s %s: %w", mode, id, errBackendClosed)
-	}
-	return l, nil
-}
-
-func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mode, wait bool) (*lease, error) {
-	how, err := flockOp(mode)
-	if err != nil {
-		return nil, err
-	}
-	rel, err := backingPath(id)
-	if err != nil {
-		return nil, err
-	}
-	for attempt := 1; ; attempt++ {
-		bk, keptSince, err := b.claimOnce(ctx, id, mode, how, rel, wait)
-		if err != nil {
-			return nil, err
-		}
-		f := bk.file
-		gone, err := b.unnamed(bk, rel)
-		if err == nil && !gone {
-			l := newLease(b, id, rel, bk, mode)
-			l.keptSince = keptSince
-			return l, nil
-		}
-		// Granted on a file that was removed while we waited or had it
-		// open (rmdir through a mount removes the backing files of a
-		// directory nobody holds a lock on), or that a rename of its
-		// directory took elsewhere (GuardTree): that flock guards
-		// nothing of id. Open the name again.
-		fdDo(f, func(fd int) error { return flockNB(fd, unix.LOCK_UN) })
-		f.Close()
-		switch {
-		case err != nil:
-			return nil, fmt.Errorf("stat %s: %w", rel, err)
-		case attempt == maxReopen:
-			return nil, fmt.Errorf("flock %s: granted on a removed backing file %d times in a row", rel, attempt)
-		}
-		b.log.WithField("lock", id.String()).Debug("granted on a removed backing file; opening it again")
-	}
-}
-
-// maxReopen bounds how often one claim opens its backing file again after
-// being granted a flock on a removed one.
-const maxReopen = 16
-
-// claimOnce opens (creating if needed) the backing file rel, or reuses a
-// kept shared claim of it (keep.go) or an idle descriptor (idle.go), and
-// takes the flock how on it, waiting if wait. It returns the open backing
-// file, holding the flock, and for a reused kept claim when it was first
-// kept.
-func (b *Backend) claimOnce(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mode, how int, rel string, wait bool) (backing, time.Time, error) {
-	var bk backing
-	var reused bool
-	if wait {
-		if err := b.awaitTurn(ctx, rel); err != nil {
-			return backing{}, time.Time{}, err
-		}
-	}
-	if k, locked := b.takeKept(rel, mode == lockmgr.Shared); k != nil {
-		if locked {
-			return k.backing, k.since, nil // still holds LOCK_SH
-		}
-		bk, reused = k.backing, true
-	} else {
-		bk, reused = b.takeIdle(rel)
-	}
-	if !reused {
-		err := fdDo(b.src, func(srcFD int) error {
-			var err error
-			bk, err = openBacking(srcFD, rel)
-			return err
-		})
-		if err != nil {
-			return backing{}, time.Time{}, err
-		}
-	}
-	f := bk.file
-	err := fdDo(f, func(fd int) error { return flockNB(fd, how) })
-	switch {
-	case err == nil:
-	case !wouldBlock(err):
-		f.Close()
-		return backing{}, time.Time{}, fmt.Errorf("flock %s: %w", rel, err)
-	case !wait:
-		f.Close()
-		return backing{}, time.Time{}, lockmgr.ErrWouldBlock
-	default:
-		if err := b.waitFlock(ctx, f, mode, id); err != nil {
-			f.Close()
-			return backing{}, time.Time{}, err
-		}
-	}
-	return bk, time.Time{}, nil
-}
-
-// unnamed reports whether bk's file is no longer the backing file rel of
-// SOURCE: it was removed, or its directory was renamed. Whoever removes a
-// backing file (fs/rmdir.go) or renames a directory (GuardTree) holds its
-// flock exclusively while doing so, so a flock granted on it was granted
-// after the change, and this check, made after the grant, is exact. It
-// compares what rel names now with the inode bk opened, which cannot
-// change or be reused while bk is open: a removed file is named by
-// nothing, so no fstat of bk for its link count is needed.
-func (b *Backend) unnamed(bk backing, rel string) (bool, error) {
-	var now unix.Stat_t
-	err := fdDo(b.src, func(srcFD int) error { return resolve.Lstat(srcFD, rel, resolveSafely, &now) })
-	switch {
-	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
-		return true, nil
-	case err != nil:
-		return false, err
-	}
-	return uint64(now.Dev) != bk.dev || now.Ino != bk.ino, nil
-}
-
-// flockOp maps a mode to its flock(2) operation.
-func flockOp(mode lockmgr.Mode) (int, error) {
-	switch mode {
-	case lockmgr.Shared:
-		return unix.LOCK_SH, nil
-	case lockmgr.Exclusive:
-		return unix.LOCK_EX, nil
-	}
-	return 0, fmt.Errorf("%w: mode %v", lockmgr.ErrInvalid, mode)
-}
-
 // enter registers a call in progress, or fails once Close has begun. The
 // caller must call b.inflight.Done when it returns.
 func (b *Backend) enter() error {
@@ -379,4 +226,16 @@ func (b *Backend) forget(l *lease) {
 	b.mu.Lock()
 	delete(b.leases, l)
 	b.mu.Unlock()
+}
+
+// SourceNames returns the backing file names, which the mount must hide and
+// refuse to create (lockmgr.SourceNamer).
+func (b *Backend) SourceNames() []string {
+	return []string{dirLockName, newDirLockName, usageLockName}
+}
+
+// Blocker says who a request waiting for a claim waits for
+// (lockmgr.BlockerDescriber): whoever holds the backing file's flock.
+func (b *Backend) Blocker() string {
+	return "another process or daemon on this host (backing file)"
 }

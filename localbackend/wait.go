@@ -3,6 +3,7 @@ package localbackend
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/internal/backoff"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -103,4 +105,28 @@ func (b *Backend) waitFlock(ctx context.Context, f *os.File, mode lockmgr.Mode, 
 	}
 	log.Debug("granted after wait")
 	return nil
+}
+
+// Polling bounds for an upgrade that has to wait, which may wait on other
+// processes' shared holds for long, and for the token lock, which is held for
+// a few system calls.
+const (
+	upgradePollMin = time.Millisecond
+	upgradePollMax = 50 * time.Millisecond
+	tokenPollMin   = 50 * time.Microsecond
+	tokenPollMax   = 5 * time.Millisecond
+	// A claim waiting for a yielded file's outside waiters to take it
+	// (awaitTurn) polls /proc/locks.
+	turnPollMin = 500 * time.Microsecond
+	turnPollMax = 5 * time.Millisecond
+)
+
+// pollSleep waits bo's next delay (internal/backoff), or until ctx ends or
+// the backend closes (errBackendClosed).
+func pollSleep(ctx context.Context, bo *backoff.Backoff, closed <-chan struct{}) error {
+	err := bo.Sleep(ctx, nil, closed)
+	if errors.Is(err, backoff.ErrStopped) {
+		return errBackendClosed
+	}
+	return err
 }
