@@ -1,7 +1,7 @@
 // Package procinfo reads what /proc says about processes; no other package
 // of lockfs reads a process's /proc entries or calls kcmp(2).
 //
-// For the engine, Tree (tree.go, tree_watch.go) is the process tree
+// For the engine, Tree (tree.go, lineage.go, tree_watch.go) is the process tree
 // lockmgr asks through its ProcessTree and ProcessWatcher interfaces: a
 // thread's lineage, when a process exits, and who holds a descriptor of a
 // control file. For people, Describe gives a process's command line, and

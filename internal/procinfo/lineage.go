@@ -6,12 +6,160 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
+	"github.com/lockfs/lockfs/lockmgr"
 	"golang.org/x/sys/unix"
 )
 
-// This file reads the two files of a process the tree needs: its stat line
-// (state, flags, start time) and its status (Tgid, PPid).
+// A thread's lineage, top down: Lineage finds the thread's process and
+// walks up its parents (tree.go has the caches they are kept in, and why
+// each answer is checked against a start time), reading the two files of
+// each process the walk needs: its stat line (state, flags, start time) and
+// its status (Tgid, PPid).
+
+// Lineage returns the process that thread tid belongs to, then its parent,
+// grandparent... as they were when each was first seen. It ends at pid 1, at
+// a process with no parent in our pid namespace, or, if an ancestor exits
+// during the walk, at the oldest ancestor that could be read. The result is
+// shared with the cache: callers must not modify it (appending is safe). A
+// thread that does not exist yields an error wrapping os.ErrNotExist.
+func (t *Tree) Lineage(tid int) (lockmgr.Lineage, error) {
+	l, err := t.lineage(tid)
+	if err != nil {
+		return nil, fmt.Errorf("lineage of thread %d: %w", tid, err)
+	}
+	return l, nil
+}
+
+// lineage is Lineage without the error context.
+func (t *Tree) lineage(tid int) (lockmgr.Lineage, error) {
+	if tid <= 0 {
+		return nil, fmt.Errorf("no such thread: %w", os.ErrNotExist)
+	}
+	e, cached := t.threads.Get(tid)
+	if cached && t.recheckAfter > 0 && time.Since(e.checked) < t.recheckAfter {
+		return e.lineage, nil
+	}
+	st, err := t.readStat(tid)
+	if err != nil {
+		return nil, err
+	}
+	tstart := st.start
+	if cached && e.start == tstart {
+		e.checked = time.Now()
+		t.threads.Add(tid, e)
+		return e.lineage, nil
+	}
+
+	// Miss, or tid now names another thread: resolve it afresh.
+	self, err := t.process(tid, tstart)
+	if err != nil {
+		return nil, err
+	}
+	l, complete, err := t.walk(self)
+	if err != nil {
+		return nil, err
+	}
+	l = l[:len(l):len(l)]
+	if complete {
+		t.threads.Add(tid, threadEntry{start: tstart, lineage: l, checked: time.Now()})
+	}
+	return l, nil
+}
+
+// process returns the process that thread tid (started at tstart) belongs to.
+func (t *Tree) process(tid int, tstart uint64) (lockmgr.ProcID, error) {
+	tgid, _, err := t.readStatus(tid)
+	if err != nil {
+		return lockmgr.ProcID{}, err
+	}
+	if tgid == tid {
+		return lockmgr.ProcID{PID: tid, Start: tstart}, nil
+	}
+	pst, err := t.readStat(tgid)
+	if err != nil {
+		return lockmgr.ProcID{}, err
+	}
+	pstart := pst.start
+	// The thread group lives, and its tgid cannot be reused, as long as one
+	// of its threads does: if tid is still the thread we started with, tgid
+	// and pstart belong to its process.
+	if again, err := t.readStat(tid); err != nil {
+		return lockmgr.ProcID{}, err
+	} else if again.start != tstart || pstart > tstart {
+		return lockmgr.ProcID{}, errGone
+	}
+	return lockmgr.ProcID{PID: tgid, Start: pstart}, nil
+}
+
+// walk returns self and its ancestors. complete is false if the walk stopped
+// early because an ancestor exited before its parent could be read.
+func (t *Tree) walk(self lockmgr.ProcID) (l lockmgr.Lineage, complete bool, err error) {
+	l = lockmgr.Lineage{self}
+	for p := self; p.PID != 1; {
+		if len(l) >= maxLineageDepth {
+			return nil, false, fmt.Errorf("lineage deeper than %d processes", maxLineageDepth)
+		}
+		parent, err := t.parent(p)
+		if errors.Is(err, errParentUnknown) || (errors.Is(err, os.ErrNotExist) && p != self) {
+			return l, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if parent.PID == 0 {
+			break
+		}
+		l = append(l, parent)
+		p = parent
+	}
+	return l, true, nil
+}
+
+// parent returns the parent p had when first seen, or the zero lockmgr.ProcID if p
+// has none (init, kernel threads, a process whose parent is outside our pid
+// namespace). It fails with an error wrapping os.ErrNotExist if p has exited,
+// and with errParentUnknown if its parent kept exiting while being read.
+func (t *Tree) parent(p lockmgr.ProcID) (lockmgr.ProcID, error) {
+	if q, ok := t.parents.Get(p); ok {
+		return q, nil
+	}
+	for range parentRetries {
+		_, ppid, err := t.readStatus(p.PID)
+		if err != nil {
+			return lockmgr.ProcID{}, err
+		}
+		q := lockmgr.ProcID{PID: ppid}
+		if ppid != 0 {
+			var pst stat
+			pst, err = t.readStat(ppid)
+			q.Start = pst.start
+			if errors.Is(err, os.ErrNotExist) {
+				continue // the parent exited: p has been reparented
+			}
+			if err != nil {
+				return lockmgr.ProcID{}, err
+			}
+		}
+		// p must not have exited (and its pid been reused) since its PPid
+		// was read.
+		if st, err := t.readStat(p.PID); err != nil {
+			return lockmgr.ProcID{}, err
+		} else if st.start != p.Start {
+			return lockmgr.ProcID{}, errGone
+		}
+		if q.Start > p.Start {
+			continue // ppid was reused by a younger process: p has been reparented
+		}
+		// Keep the first parent recorded if another goroutine raced us.
+		if prev, ok, _ := t.parents.PeekOrAdd(p, q); ok {
+			return prev, nil
+		}
+		return q, nil
+	}
+	return lockmgr.ProcID{}, errParentUnknown
+}
 
 // readStat returns the stat line of the thread or process pid. It reads into a stack buffer: this is the
 // cache-hit path. On the real procfs it reads ROOT/PID/task/PID/stat, the
