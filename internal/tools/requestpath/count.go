@@ -21,11 +21,20 @@ func parseEvent(line string) (event, bool) {
 	return event{f[0], f[1], f[2], f[3]}, true
 }
 
+// call is one executed call of the request: the function, its file, and
+// the calls it made, in order.
+type call struct {
+	file, fn string
+	calls    []*call
+}
+
 // path is the walk of one request through the module's files.
 type path struct {
 	// steps lists the file the request's goroutine is executing, each
 	// time it changes: at a call into another file and at a return.
 	steps []string
+	// fns names, for each step, the function executing when it was made.
+	fns []string
 	// files are the distinct files, in the order of their first visit.
 	files []string
 	// returns counts, per file, the visits after the first.
@@ -41,28 +50,90 @@ func (p path) total() int {
 	return n
 }
 
-// requestPath reads a trace and returns the path of the first request
-// whose handler function is named handler (the part of its name after
-// the last dot, "LockWait"), from the handler's entry to its exit.
-func requestPath(r io.Reader, handler string) (path, error) {
-	var (
-		g     string
-		stack []event
-		p     = path{returns: map[string]int{}}
-		seen  = map[string]bool{}
-	)
-	at := func(file string) {
-		if n := len(p.steps); n > 0 && p.steps[n-1] == file {
-			return
-		}
-		p.steps = append(p.steps, file)
-		if seen[file] {
+// at records that the walk is in function fn of file now.
+func (p *path) at(file, fn string) {
+	if n := len(p.steps); n > 0 && p.steps[n-1] == file {
+		return
+	}
+	p.steps = append(p.steps, file)
+	p.fns = append(p.fns, fn)
+	for _, f := range p.files {
+		if f == file {
 			p.returns[file]++
 			return
 		}
-		seen[file] = true
-		p.files = append(p.files, file)
 	}
+	p.files = append(p.files, file)
+}
+
+// walk follows c and the calls under it, except those skip leaves out.
+func (p *path) walk(c *call, skip map[*call]bool) {
+	p.at(c.file, c.fn)
+	for _, sub := range c.calls {
+		if skip[sub] {
+			continue
+		}
+		p.walk(sub, skip)
+		p.at(c.file, c.fn)
+	}
+}
+
+// executed is the path of every call the request executed: a helper called
+// three times is visited three times.
+func executed(root *call) path {
+	p := path{returns: map[string]int{}}
+	p.walk(root, nil)
+	return p
+}
+
+// read is the path of a reader who follows the request and reads each
+// function once: a call of a function read before is not followed again,
+// unless a function not read yet runs under it (the reader then goes
+// through it to find where that one is called). Repeated rounds of the
+// same code, such as one step of the plan per level of the path, cost
+// nothing after the first. Calls into a file that hook reports (nil: none)
+// are not followed at all.
+func read(root *call, hook func(file string) bool) path {
+	skip := map[*call]bool{}
+	seen := map[string]bool{}
+	// mark reports whether c or a call under it runs a function not seen
+	// before, in the order of execution, and skips the calls that do not.
+	var mark func(c *call) bool
+	mark = func(c *call) bool {
+		key := c.file + " " + c.fn
+		fresh := !seen[key]
+		seen[key] = true
+		for _, sub := range c.calls {
+			if (hook == nil || !hook(sub.file)) && mark(sub) {
+				fresh = true
+			} else {
+				skip[sub] = true
+			}
+		}
+		return fresh
+	}
+	mark(root)
+	p := path{returns: map[string]int{}}
+	p.walk(root, skip)
+	return p
+}
+
+// observerHook reports whether file holds the engine's observer hooks
+// (lockmgr.Observer, its Outcome) or their implementations in the daemon
+// (the slow-wait watch) and metrics: bookkeeping around the request that
+// a reader following the lock does not need to open.
+func observerHook(file string) bool {
+	return file == "lockmgr/observer.go" || file == "daemon/slowwait.go" || strings.HasPrefix(file, "metrics/")
+}
+
+// requestCalls reads a trace and returns the calls of the first request
+// whose handler function is named handler (the part of its name after the
+// last dot, "LockWait"), from the handler's entry to its exit.
+func requestCalls(r io.Reader, handler string) (*call, error) {
+	var (
+		g     string
+		stack []*call
+	)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
@@ -80,24 +151,27 @@ func requestPath(r io.Reader, handler string) (path, error) {
 			continue
 		}
 		if ev.kind == "E" {
-			stack = append(stack, ev)
-			at(ev.file)
+			c := &call{file: ev.file, fn: ev.fn}
+			if n := len(stack); n > 0 {
+				stack[n-1].calls = append(stack[n-1].calls, c)
+			}
+			stack = append(stack, c)
 			continue
 		}
-		if len(stack) == 0 || stack[len(stack)-1].file != ev.file || stack[len(stack)-1].fn != ev.fn {
-			return path{}, fmt.Errorf("exit of %s %s does not match the call stack", ev.file, ev.fn)
+		top := stack[len(stack)-1]
+		if top.file != ev.file || top.fn != ev.fn {
+			return nil, fmt.Errorf("exit of %s %s does not match the call stack", ev.file, ev.fn)
+		}
+		if len(stack) == 1 {
+			return top, sc.Err()
 		}
 		stack = stack[:len(stack)-1]
-		if len(stack) == 0 {
-			return p, sc.Err()
-		}
-		at(stack[len(stack)-1].file)
 	}
 	if err := sc.Err(); err != nil {
-		return path{}, err
+		return nil, err
 	}
 	if g == "" {
-		return path{}, fmt.Errorf("no %s request in the trace", handler)
+		return nil, fmt.Errorf("no %s request in the trace", handler)
 	}
-	return path{}, fmt.Errorf("the trace ends inside the %s request", handler)
+	return nil, fmt.Errorf("the trace ends inside the %s request", handler)
 }

@@ -35,10 +35,11 @@ const trace = `7 E fs/x.go X.Lookup
 `
 
 func TestRequestPathCountsFilesAndReturns(t *testing.T) {
-	p, err := requestPath(strings.NewReader(trace), "LockWait")
+	root, err := requestCalls(strings.NewReader(trace), "LockWait")
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := executed(root)
 	if want := []string{"a.go", "b.go", "a.go", "c.go", "b.go", "c.go", "a.go"}; !reflect.DeepEqual(p.steps, want) {
 		t.Errorf("steps %v, want %v", p.steps, want)
 	}
@@ -51,6 +52,54 @@ func TestRequestPathCountsFilesAndReturns(t *testing.T) {
 	if p.total() != 4 {
 		t.Errorf("total %d, want 4", p.total())
 	}
+	// Every function runs once: a reader goes the same way.
+	if r := read(root, nil); !reflect.DeepEqual(r, p) {
+		t.Errorf("read once %+v, want %+v", r, p)
+	}
+}
+
+// A request that runs the same round twice (a.go → b.go f → c.go g, then
+// f again, whose g now calls a new function in d.go) and then a helper
+// read before: a reader follows f the second time only as far as the new
+// function, and skips the helper.
+const rounds = `1 E a.go h.LockWait
+1 E b.go f
+1 E c.go g
+1 X c.go g
+1 X b.go f
+1 E b.go f
+1 E c.go g
+1 E d.go new
+1 X d.go new
+1 X c.go g
+1 X b.go f
+1 E b.go f
+1 E c.go g
+1 X c.go g
+1 X b.go f
+1 X a.go h.LockWait
+`
+
+func TestReadOnceSkipsCallsReadBefore(t *testing.T) {
+	root, err := requestCalls(strings.NewReader(rounds), "LockWait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, r := executed(root), read(root, nil)
+	if want := []string{"a.go", "b.go", "c.go", "b.go", "a.go", "b.go", "c.go", "d.go", "c.go", "b.go", "a.go", "b.go", "c.go", "b.go", "a.go"}; !reflect.DeepEqual(x.steps, want) {
+		t.Errorf("executed steps %v, want %v", x.steps, want)
+	}
+	if want := []string{"a.go", "b.go", "c.go", "b.go", "a.go", "b.go", "c.go", "d.go", "c.go", "b.go", "a.go"}; !reflect.DeepEqual(r.steps, want) {
+		t.Errorf("read-once steps %v, want %v", r.steps, want)
+	}
+	if x.total() != 11 || r.total() != 7 {
+		t.Errorf("returns: executed %d, read once %d; want 11 and 7", x.total(), r.total())
+	}
+	// Without d.go, the round that reached it is not followed either.
+	h := read(root, func(file string) bool { return file == "d.go" })
+	if want := []string{"a.go", "b.go", "c.go", "b.go", "a.go"}; !reflect.DeepEqual(h.steps, want) {
+		t.Errorf("steps without d.go %v, want %v", h.steps, want)
+	}
 }
 
 func TestRequestPathRejectsBrokenTraces(t *testing.T) {
@@ -60,7 +109,7 @@ func TestRequestPathRejectsBrokenTraces(t *testing.T) {
 		"mismatched":  "1 E a.go h.LockWait\n1 E b.go f\n1 X a.go h.LockWait\n",
 		"other names": "1 E a.go h.LockWaitNot\n1 X a.go h.LockWaitNot\n",
 	} {
-		if _, err := requestPath(strings.NewReader(tr), "LockWait"); err == nil {
+		if _, err := requestCalls(strings.NewReader(tr), "LockWait"); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}

@@ -13,7 +13,7 @@
 // repository is changed. Needs root, /dev/fuse, fusermount3, flock(1), git
 // and go.
 //
-//	go run ./internal/tools/requestpath [-rev HEAD] [-lock a/b/.lock] [-steps]
+//	go run ./internal/tools/requestpath [-rev HEAD] [-lock a/b/.lock] [-steps] [-keep | -trace FILE]
 package main
 
 import (
@@ -37,8 +37,15 @@ func main() {
 	lock := flag.String("lock", "a/b/.lock", "the control file to take, relative to the mount")
 	steps := flag.Bool("steps", false, "also print every step of the path")
 	keep := flag.Bool("keep", false, "keep the scratch directory (its trace and daemon log)")
+	trace := flag.String("trace", "", "count the trace a -keep run left in this file, instead of making one")
 	flag.Parse()
-	if err := run(*repo, *rev, *lock, *steps, *keep, os.Stdout); err != nil {
+	var err error
+	if *trace != "" {
+		err = count(*trace, *lock, *rev, *steps, os.Stdout)
+	} else {
+		err = run(*repo, *rev, *lock, *steps, *keep, os.Stdout)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "requestpath:", err)
 		os.Exit(1)
 	}
@@ -75,23 +82,44 @@ func run(repo, rev, lock string, steps, keep bool, w io.Writer) error {
 	if err := lockThroughMount(work, bin, trace, lock); err != nil {
 		return err
 	}
+	return count(trace, lock, rev, steps, w)
+}
+
+// count prints the path of the lock request that trace recorded.
+func count(trace, lock, rev string, steps bool, w io.Writer) error {
 	f, err := os.Open(trace)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	p, err := requestPath(f, "LockWait")
+	root, err := requestCalls(f, "LockWait")
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "flock -x %s at %s: %d files, %d returns to a file left before\n", lock, rev, len(p.files), p.total())
-	for _, file := range p.files {
-		fmt.Fprintf(w, "  %-36s %3d returns\n", file, p.returns[file])
+	h, r, x := read(root, observerHook), read(root, nil), executed(root)
+	fmt.Fprintf(w, "flock -x %s at %s:\n", lock, rev)
+	fmt.Fprintf(w, "  read once, without the observer's hooks: %2d files, %3d returns to a file left before\n", len(h.files), h.total())
+	fmt.Fprintf(w, "  read once:                               %2d files, %3d returns\n", len(r.files), r.total())
+	fmt.Fprintf(w, "  every call executed:                     %2d files, %3d returns\n", len(x.files), x.total())
+	fmt.Fprintf(w, "  %-36s %8s %8s %8s\n", "returns per file", "no hooks", "read", "executed")
+	for _, file := range x.files {
+		fmt.Fprintf(w, "  %-36s %8d %8d %8d\n", file, h.returns[file], r.returns[file], x.returns[file])
 	}
 	if steps {
-		fmt.Fprintln(w, strings.Join(p.steps, " > "))
+		fmt.Fprintln(w, "read once, without the observer's hooks:", h.describe())
+		fmt.Fprintln(w, "every call executed:", x.describe())
 	}
 	return nil
+}
+
+// describe lists the steps of p, each file with the function the request
+// is in when it gets there.
+func (p path) describe() string {
+	s := make([]string, len(p.steps))
+	for i, file := range p.steps {
+		s[i] = file + " (" + p.fns[i] + ")"
+	}
+	return strings.Join(s, " > ")
 }
 
 // exportTree writes the files of rev into dir.
