@@ -13,7 +13,7 @@
 // repository is changed. Needs root, /dev/fuse, fusermount3, flock(1), git
 // and go.
 //
-//	go run ./internal/tools/requestpath [-rev HEAD] [-lock a/b/.lock] [-steps] [-keep | -trace FILE]
+//	go run ./internal/tools/requestpath [-rev HEAD] [-lock a/b/.lock] [-from LockWait] [-steps] [-keep | -trace FILE]
 package main
 
 import (
@@ -38,12 +38,13 @@ func main() {
 	steps := flag.Bool("steps", false, "also print every step of the path")
 	keep := flag.Bool("keep", false, "keep the scratch directory (its trace and daemon log)")
 	trace := flag.String("trace", "", "count the trace a -keep run left in this file, instead of making one")
+	from := flag.String("from", "LockWait", "count from the first call of this function (the part of its name after the last dot) to its return: LockWait, the FUSE handler; Acquire, the engine's part")
 	flag.Parse()
 	var err error
 	if *trace != "" {
-		err = count(*trace, *lock, *rev, *steps, os.Stdout)
+		err = count(*trace, *from, *lock, *rev, *steps, os.Stdout)
 	} else {
-		err = run(*repo, *rev, *lock, *steps, *keep, os.Stdout)
+		err = run(*repo, *rev, *lock, *from, *steps, *keep, os.Stdout)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "requestpath:", err)
@@ -51,7 +52,7 @@ func main() {
 	}
 }
 
-func run(repo, rev, lock string, steps, keep bool, w io.Writer) error {
+func run(repo, rev, lock, from string, steps, keep bool, w io.Writer) error {
 	work, err := os.MkdirTemp("", "requestpath-")
 	if err != nil {
 		return err
@@ -82,22 +83,23 @@ func run(repo, rev, lock string, steps, keep bool, w io.Writer) error {
 	if err := lockThroughMount(work, bin, trace, lock); err != nil {
 		return err
 	}
-	return count(trace, lock, rev, steps, w)
+	return count(trace, from, lock, rev, steps, w)
 }
 
-// count prints the path of the lock request that trace recorded.
-func count(trace, lock, rev string, steps bool, w io.Writer) error {
+// count prints the path of the lock request that trace recorded, from the
+// first call of the function named from to its return.
+func count(trace, from, lock, rev string, steps bool, w io.Writer) error {
 	f, err := os.Open(trace)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	root, err := requestCalls(f, "LockWait")
+	root, err := requestCalls(f, from)
 	if err != nil {
 		return err
 	}
 	h, r, x := read(root, observerHook), read(root, nil), executed(root)
-	fmt.Fprintf(w, "flock -x %s at %s:\n", lock, rev)
+	fmt.Fprintf(w, "flock -x %s at %s, from %s:\n", lock, rev, root.fn)
 	fmt.Fprintf(w, "  read once, without the observer's hooks: %2d files, %3d returns to a file left before\n", len(h.files), h.total())
 	fmt.Fprintf(w, "  read once:                               %2d files, %3d returns\n", len(r.files), r.total())
 	fmt.Fprintf(w, "  every call executed:                     %2d files, %3d returns\n", len(x.files), x.total())
