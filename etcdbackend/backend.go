@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/lockfs/lockfs/internal/logs"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -117,16 +117,10 @@ func New(cfg Config) (*Backend, error) {
 		// With a user, the client authenticates here.
 		return nil, fmt.Errorf("%w: client of %s: %s", ErrClusterUnusable, strings.Join(cfg.Endpoints, ","), explain(cfg, err))
 	}
-	log := cfg.Logger
-	if log == nil {
-		l := logrus.New()
-		l.SetOutput(io.Discard)
-		log = l
-	}
 	closeCtx, closeCancel := context.WithCancel(context.Background())
 	return &Backend{
 		cli:         cli,
-		log:         log.WithFields(logrus.Fields{"backend": "etcd", "host": cfg.HostID}),
+		log:         logs.OrDiscard(cfg.Logger).WithFields(logrus.Fields{"backend": "etcd", "host": cfg.HostID}),
 		clock:       cfg.Clock,
 		cfg:         cfg,
 		closeCtx:    closeCtx,

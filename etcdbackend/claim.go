@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -96,7 +95,7 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mod
 	if mode != lockmgr.Shared && mode != lockmgr.Exclusive {
 		return nil, fmt.Errorf("%w: mode %v", lockmgr.ErrInvalid, mode)
 	}
-	if err := validID(id); err != nil {
+	if err := id.Check(); err != nil {
 		return nil, err
 	}
 	if err := b.enter(); err != nil {
@@ -166,116 +165,148 @@ func (b *Backend) ctxErr(caller context.Context, err error) error {
 	return err
 }
 
+// acquisition is the state of one acquire of c's key in mode.
+type acquisition struct {
+	// Constant data
+	c      *ownClaim
+	sess   *session
+	mode   lockmgr.Mode
+	wait   bool
+	giveUp time.Duration
+	key    string     // the claim key
+	wkey   string     // the want key
+	rs     []keyRange // the ranges the claim checks
+	val    string     // the claim key's value
+	// Mutable state
+	snap      *snapshot // nil: nothing read yet, try the claim on empty ranges
+	myWant    int64     // the create revision of this host's want key, or 0
+	graceUsed bool      // a claim without wait gave the holders NoWaitGrace
+}
+
 // acquire writes c's key in mode once nothing blocks it, and returns the
 // revision of the write. c's slot is held.
 func (b *Backend) acquire(ctx context.Context, c *ownClaim, sess *session, mode lockmgr.Mode, wait bool, giveUp time.Duration) (int64, error) {
-	key := b.claimKey(c.id, sess.sid)
-	wkey := b.wantKey(c.id, sess.sid)
-	rs := b.ranges(c.id, mode)
-	val := newRecord(b.cfg.HostID, mode)
-	var (
-		snap      *snapshot // nil: nothing read yet, try the claim on empty ranges
-		myWant    int64     // the create revision of this host's want key, or 0
-		graceUsed bool
-	)
+	a := &acquisition{c: c, sess: sess, mode: mode, wait: wait, giveUp: giveUp,
+		key: b.claimKey(c.id, sess.sid), wkey: b.wantKey(c.id, sess.sid), rs: b.ranges(c.id, mode),
+		val: newRecord(b.cfg.HostID, mode)}
 	defer func() {
-		if myWant != 0 {
-			b.deleteWant(wkey)
+		if a.myWant != 0 {
+			b.deleteWant(a.wkey)
 		}
 	}()
 	for {
 		if err := sess.check(b.clock.Now()); err != nil {
 			return 0, fmt.Errorf("%w: %w", lockmgr.ErrUnavailable, err)
 		}
-		if snap != nil {
-			blockers, byClaims, err := b.blockers(snap, c, sess, mode, myWant)
+		if a.snap != nil {
+			again, err := b.awaitTurn(ctx, a)
 			if err != nil {
 				return 0, err
 			}
-			if len(blockers) > 0 {
-				if !wait && (graceUsed || !byClaims) {
-					return 0, lockmgr.ErrWouldBlock
-				}
-				if err := b.giveBackWarm(ctx, c, sess, giveUp); err != nil {
-					return 0, err
-				}
-				if myWant == 0 {
-					// The want's write reads the ranges too, at its own
-					// revision: the watch then starts at the present, where
-					// the server delivers at once (a watch from a past
-					// revision waits for the server's catch-up loop, up to
-					// 100 ms), and the claim's transaction after the wake
-					// compares with a snapshot that includes the want.
-					if myWant, snap, err = b.putWant(ctx, giveUp, wkey, sess, mode, rs); err != nil {
-						return 0, err
-					}
-					if blockers, _, err = b.blockers(snap, c, sess, mode, myWant); err != nil {
-						return 0, err
-					}
-					if len(blockers) == 0 {
-						continue
-					}
-				}
-				graceUsed = true
-				wctx, cancel := ctx, context.CancelFunc(func() {})
-				if !wait {
-					// Holders drop claims they only keep warm as soon as they
-					// see the want; held ones stay.
-					wctx, cancel = context.WithTimeout(ctx, b.cfg.NoWaitGrace)
-				}
-				deleted, reread, err := b.waitChange(wctx, sess, blockers, snap.rev)
-				cancel()
-				if err != nil && (wait || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
-					return 0, err
-				}
-				if err == nil && !reread && !b.noApplyDeletes {
-					// Only deletions came: the ranges now hold the
-					// snapshot's keys less some. If those left block
-					// nothing, the claim's transaction goes at once, no
-					// read first: it still compares the ranges with the
-					// snapshot's revision, so a key written since makes
-					// it fail and read instead.
-					next := snap.without(deleted)
-					if bl, _, err := b.blockers(next, c, sess, mode, myWant); err == nil && len(bl) == 0 {
-						snap = next
-						continue
-					}
-				}
-				if snap, err = b.read(ctx, giveUp, rs); err != nil {
-					return 0, err
-				}
+			if again {
 				continue
 			}
 		}
-		delWant := ""
-		if myWant != 0 {
-			delWant = wkey
-		}
-		resp, err := b.claimTxn(ctx, giveUp, rs, snap, key, val, sess.id, delWant)
-		if err != nil {
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				b.loseSession(sess, errRevoked)
-			}
-			b.mu.Lock()
-			if c.mode == 0 {
-				// The write may have landed: drop it in the background.
-				c.uncertain = true
-				c.sess = sess
-			}
-			b.mu.Unlock()
-			if c.uncertain {
-				b.dropLater(c)
-			}
-			return 0, err
-		}
-		if resp.Succeeded {
-			myWant = 0 // the transaction deleted it
-			return resp.Header.Revision, nil
-		}
-		if snap, err = b.parseSnapshot(resp.Header.Revision, resp.Responses); err != nil {
-			return 0, err
+		if rev, err := b.tryClaim(ctx, a); err != nil || rev != 0 {
+			return rev, err
 		}
 	}
+}
+
+// awaitTurn evaluates a's snapshot: if nothing blocks the claim it returns
+// false. Else, without wait, it fails with lockmgr.ErrWouldBlock unless
+// claims block it and the holders have not had their NoWaitGrace yet; it
+// puts the want (once), waits until a blocker changes, and returns true
+// with a.snap updated: evaluate again.
+func (b *Backend) awaitTurn(ctx context.Context, a *acquisition) (bool, error) {
+	blockers, byClaims, err := b.blockers(a.snap, a.c, a.sess, a.mode, a.myWant)
+	if err != nil || len(blockers) == 0 {
+		return false, err
+	}
+	if !a.wait && (a.graceUsed || !byClaims) {
+		return false, lockmgr.ErrWouldBlock
+	}
+	if err := b.giveBackWarm(ctx, a.c, a.sess, a.giveUp); err != nil {
+		return false, err
+	}
+	if a.myWant == 0 {
+		// The want's write reads the ranges too, at its own revision: the
+		// watch then starts at the present, where the server delivers at
+		// once (a watch from a past revision waits for the server's
+		// catch-up loop, up to 100 ms), and the claim's transaction after
+		// the wake compares with a snapshot that includes the want.
+		if a.myWant, a.snap, err = b.putWant(ctx, a.giveUp, a.wkey, a.sess, a.mode, a.rs); err != nil {
+			return false, err
+		}
+		if blockers, _, err = b.blockers(a.snap, a.c, a.sess, a.mode, a.myWant); err != nil {
+			return false, err
+		}
+		if len(blockers) == 0 {
+			return true, nil
+		}
+	}
+	a.graceUsed = true
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if !a.wait {
+		// Holders drop claims they only keep warm as soon as they see the
+		// want; held ones stay.
+		wctx, cancel = context.WithTimeout(ctx, b.cfg.NoWaitGrace)
+	}
+	deleted, reread, err := b.waitChange(wctx, a.sess, blockers, a.snap.rev)
+	cancel()
+	if err != nil && (a.wait || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
+		return false, err
+	}
+	if err == nil && !reread && !b.noApplyDeletes {
+		// Only deletions came: the ranges now hold the snapshot's keys
+		// less some. If those left block nothing, the claim's transaction
+		// goes at once, no read first: it still compares the ranges with
+		// the snapshot's revision, so a key written since makes it fail
+		// and read instead.
+		next := a.snap.without(deleted)
+		if bl, _, err := b.blockers(next, a.c, a.sess, a.mode, a.myWant); err == nil && len(bl) == 0 {
+			a.snap = next
+			return true, nil
+		}
+	}
+	if a.snap, err = b.read(ctx, a.giveUp, a.rs); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// tryClaim sends the claim's transaction (deleting this host's want, if
+// any): it returns the revision of the write if it landed; else 0, with
+// a.snap the snapshot of the ranges that the transaction read.
+func (b *Backend) tryClaim(ctx context.Context, a *acquisition) (int64, error) {
+	delWant := ""
+	if a.myWant != 0 {
+		delWant = a.wkey
+	}
+	resp, err := b.claimTxn(ctx, a.giveUp, a.rs, a.snap, a.key, a.val, a.sess.id, delWant)
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			b.loseSession(a.sess, errRevoked)
+		}
+		b.mu.Lock()
+		c := a.c
+		if c.mode == 0 {
+			// The write may have landed: drop it in the background.
+			c.uncertain = true
+			c.sess = a.sess
+		}
+		b.mu.Unlock()
+		if c.uncertain {
+			b.dropLater(c)
+		}
+		return 0, err
+	}
+	if resp.Succeeded {
+		a.myWant = 0 // the transaction deleted it
+		return resp.Header.Revision, nil
+	}
+	a.snap, err = b.parseSnapshot(resp.Header.Revision, resp.Responses)
+	return 0, err
 }
 
 // giveBackWarm deletes c's key before a claim of another mode waits, if
@@ -353,115 +384,4 @@ func (b *Backend) read(ctx context.Context, giveUp time.Duration, rs []keyRange)
 		return nil, err
 	}
 	return b.parseSnapshot(resp.Header.Revision, resp.Responses)
-}
-
-// blockers returns the keys that keep a claim on c.id in mode from being
-// granted now: other hosts' conflicting claims, and the want keys of other
-// hosts queued before this one for a conflicting mode, unless this host
-// holds a claim that such a waiter waits for (it is ahead of them). Two
-// hosts that both hold the lock shared and both wait to upgrade would wait
-// for each other: the one queued later gets lockmgr.ErrDeadlock.
-func (b *Backend) blockers(snap *snapshot, c *ownClaim, sess *session, mode lockmgr.Mode, myWant int64) (keys []string, byClaims bool, err error) {
-	var out []string
-	for _, k := range snap.claims {
-		if k.sid != sess.sid && conflicts(k.id, k.mode, c.id, mode) {
-			out = append(out, k.key)
-		}
-	}
-	byClaims = len(out) > 0
-	b.mu.Lock()
-	upgrading := c.sess == sess && c.mode == lockmgr.Shared && mode == lockmgr.Exclusive
-	for _, w := range snap.wants {
-		if w.sid == sess.sid || !lockmgr.Conflicts(w.mode, mode) || (myWant != 0 && w.rev > myWant) {
-			continue
-		}
-		if upgrading && myWant != 0 && snap.holds(w.sid, c.id, lockmgr.Shared) {
-			b.mu.Unlock()
-			return nil, false, fmt.Errorf("%w: another host holds %s shared too and waits to upgrade, queued first", lockmgr.ErrDeadlock, c.id)
-		}
-		if b.aheadOfLocked(sess, w.id, w.mode) {
-			continue
-		}
-		out = append(out, w.key)
-	}
-	b.mu.Unlock()
-	return out, byClaims, nil
-}
-
-// aheadOfLocked reports whether this host holds a claim that a waiter for
-// id in mode waits for. Called with b.mu held.
-func (b *Backend) aheadOfLocked(sess *session, id lockmgr.LockID, mode lockmgr.Mode) bool {
-	for _, o := range b.claims {
-		if o.sess == sess && o.mode != 0 && o.lease != nil && conflicts(o.id, o.mode, id, mode) {
-			return true
-		}
-	}
-	return false
-}
-
-// waitChange waits until one of keys changes after rev (a watch on each,
-// from rev+1, so that a change between the read and the watch is seen),
-// ctx ends, or the session is lost. It returns the keys deleted so far,
-// and reread if anything else came (a write, a broken watch): then only a
-// new read tells what the ranges hold.
-func (b *Backend) waitChange(ctx context.Context, sess *session, keys []string, rev int64) (deleted []string, reread bool, err error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	var (
-		mu      sync.Mutex
-		dels    []string // GUARDED_BY(mu)
-		other   bool     // GUARDED_BY(mu)
-		changed = make(chan struct{}, 1)
-		done    = make(chan struct{}, len(keys))
-	)
-	note := func(f func()) {
-		mu.Lock()
-		f()
-		mu.Unlock()
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	for _, k := range keys {
-		wch := b.cli.Watch(wctx, k, clientv3.WithRev(rev+1))
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for wr := range wch {
-				if wr.Err() != nil || wr.Canceled {
-					note(func() { other = true })
-					continue
-				}
-				if len(wr.Events) == 0 {
-					continue
-				}
-				note(func() {
-					for _, ev := range wr.Events {
-						if ev.Type == clientv3.EventTypeDelete {
-							dels = append(dels, string(ev.Kv.Key))
-						} else {
-							other = true
-						}
-					}
-				})
-			}
-			note(func() { other = true })
-		}()
-	}
-	defer func() {
-		cancel()
-		for range keys {
-			<-done
-		}
-	}()
-	b.stats.watches.Add(1)
-	select {
-	case <-changed:
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), dels...), other, nil
-	case <-ctx.Done():
-		return nil, true, ctx.Err()
-	case <-sess.lostc:
-		return nil, true, fmt.Errorf("%w: %w", lockmgr.ErrUnavailable, sess.check(b.clock.Now()))
-	}
 }

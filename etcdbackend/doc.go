@@ -27,7 +27,7 @@
 // and loses every lease at once when that ends or the server no longer
 // knows the lease. The next claim starts a new session.
 //
-// # Claims (claim.go, snapshot.go)
+// # Claims (claim.go, blockers.go, snapshot.go)
 //
 // One transaction: if the key ranges that could hold a conflicting claim
 // (the lock's own keys, or for an exclusive directory claim everything

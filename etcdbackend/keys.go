@@ -201,16 +201,3 @@ func (b *Backend) ranges(id lockmgr.LockID, mode lockmgr.Mode) []keyRange {
 	}
 	return append(rs, prefixRange(b.wantPrefix(id)))
 }
-
-// validID checks a lock id as the engine hands it over.
-func validID(id lockmgr.LockID) error {
-	if c, err := lockmgr.CleanPath(id.Path); err != nil || c != id.Path {
-		return fmt.Errorf("%w: lock path %q is not clean", lockmgr.ErrInvalid, id.Path)
-	}
-	switch id.Kind {
-	case lockmgr.KindDir, lockmgr.KindNewDir, lockmgr.KindUsage:
-	default:
-		return fmt.Errorf("%w: lock kind %v", lockmgr.ErrInvalid, id.Kind)
-	}
-	return nil
-}

@@ -15,7 +15,7 @@ import (
 // host's is "claimed"). Every key listed is bound to a lease the server
 // still keeps, so its state is "live".
 func (b *Backend) ListClaims(ctx context.Context, id lockmgr.LockID) ([]lockmgr.ClaimRecord, error) {
-	if err := validID(id); err != nil {
+	if err := id.Check(); err != nil {
 		return nil, err
 	}
 	if err := b.enter(); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lockfs/lockfs/internal/backoff"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -22,7 +22,7 @@ import (
 // pass by retrying (permission denied, bad credentials) is returned at once,
 // wrapping lockmgr.ErrUnavailable too; the end of ctx returns ctx.Err().
 func (b *Backend) retry(ctx context.Context, giveUp time.Duration, what string, f func(ctx context.Context) error) error {
-	bo := newBackoff(20*time.Millisecond, time.Second)
+	bo := backoff.New(20*time.Millisecond, time.Second)
 	start := time.Now()
 	for {
 		// Without a leader a member answers at once (ErrNoLeader), which is
@@ -44,7 +44,7 @@ func (b *Backend) retry(ctx context.Context, giveUp time.Duration, what string, 
 		if time.Since(start) >= giveUp {
 			return fmt.Errorf("%s: %w: etcd failed for %v: %w", what, lockmgr.ErrUnavailable, giveUp.Round(time.Millisecond), err)
 		}
-		if err := sleep(ctx, min(bo.next(), giveUp-time.Since(start)+time.Millisecond)); err != nil {
+		if err := backoff.Sleep(ctx, nil, min(bo.Next(), giveUp-time.Since(start)+time.Millisecond), nil); err != nil {
 			return err
 		}
 	}
@@ -67,36 +67,4 @@ func transient(err error) bool {
 		return false
 	}
 	return true
-}
-
-// backoff is a jittered, bounded exponential backoff: each wait is drawn
-// uniformly from [d/2, d], and d doubles from lo up to hi.
-type backoff struct{ lo, hi, d time.Duration }
-
-func newBackoff(lo, hi time.Duration) *backoff { return &backoff{lo: lo, hi: hi, d: lo} }
-
-func (bo *backoff) next() time.Duration {
-	d := bo.d
-	bo.d = min(2*bo.d, bo.hi)
-	return d/2 + rand.N(d/2+1)
-}
-
-func (bo *backoff) reset() { bo.d = bo.lo }
-
-// jitter returns d give or take a tenth, so that hosts spread out.
-func jitter(d time.Duration) time.Duration { return d - d/10 + rand.N(d/5+1) }
-
-// sleep waits d, or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockfs/lockfs/internal/backoff"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -153,7 +154,7 @@ func (b *Backend) startSession(ctx context.Context, giveUp time.Duration) (*sess
 // validity ends without one answered, or when the server says the lease
 // is gone. It also drops warm claims idle for WarmFor.
 func (b *Backend) keep(ctx context.Context, s *session) {
-	bo := newBackoff(50*time.Millisecond, time.Second)
+	bo := backoff.New(50*time.Millisecond, time.Second)
 	next := b.cfg.RefreshInterval
 	for {
 		now := b.clock.Now()
@@ -180,8 +181,8 @@ func (b *Backend) keep(ctx context.Context, s *session) {
 		case err == nil && resp.TTL > 0:
 			s.extend(sent + b.cfg.vouch(time.Duration(resp.TTL)*time.Second))
 			b.stats.keepAlives.Add(1)
-			next = jitter(b.cfg.RefreshInterval)
-			bo.reset()
+			next = backoff.Jitter(b.cfg.RefreshInterval)
+			bo.Reset()
 		case errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil:
 			b.loseSession(s, errRevoked)
 			return
@@ -189,7 +190,7 @@ func (b *Backend) keep(ctx context.Context, s *session) {
 			return
 		default:
 			b.log.WithError(err).WithField("session", s.sid).Warn("etcd keep-alive failed; retrying")
-			next = bo.next()
+			next = bo.Next()
 		}
 	}
 }
@@ -232,7 +233,7 @@ func (b *Backend) loseSession(s *session, cause error) {
 // revokeLost revokes a lost session's lease, retrying for two TTLs (the
 // server expires it by itself by then).
 func (b *Backend) revokeLost(s *session) {
-	bo := newBackoff(100*time.Millisecond, 2*time.Second)
+	bo := backoff.New(100*time.Millisecond, 2*time.Second)
 	deadline := time.Now().Add(2 * b.cfg.TTL)
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(b.closeCtx, b.cfg.RequestTimeout)
@@ -242,7 +243,7 @@ func (b *Backend) revokeLost(s *session) {
 		if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) || b.closeCtx.Err() != nil {
 			return
 		}
-		if sleep(b.closeCtx, bo.next()) != nil {
+		if backoff.Sleep(b.closeCtx, nil, bo.Next(), nil) != nil {
 			return
 		}
 	}

@@ -6,6 +6,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockfs/lockfs/internal/backoff"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -63,7 +64,7 @@ func (b *Backend) deleteWant(wkey string) {
 // this host has that claim dropped at once; one that conflicts with a held
 // claim marks it wanted (dropped at its release).
 func (b *Backend) watchWants(ctx context.Context, s *session) {
-	bo := newBackoff(50*time.Millisecond, 2*time.Second)
+	bo := backoff.New(50*time.Millisecond, 2*time.Second)
 	pfx := b.cfg.Prefix + "wants/"
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), b.cfg.RequestTimeout)
@@ -71,7 +72,7 @@ func (b *Backend) watchWants(ctx context.Context, s *session) {
 		cancel()
 		b.stats.requests.Add(1)
 		if err != nil {
-			sleep(ctx, bo.next())
+			backoff.Sleep(ctx, nil, bo.Next(), nil)
 			continue
 		}
 		fresh := map[string]want{}
@@ -95,7 +96,7 @@ func (b *Backend) watchWants(ctx context.Context, s *session) {
 			if wr.Err() != nil || wr.Canceled {
 				break
 			}
-			bo.reset()
+			bo.Reset()
 			for _, ev := range wr.Events {
 				k := string(ev.Kv.Key)
 				if ev.Type == clientv3.EventTypeDelete {
@@ -116,7 +117,7 @@ func (b *Backend) watchWants(ctx context.Context, s *session) {
 				b.noticeWant(s, w)
 			}
 		}
-		sleep(ctx, bo.next())
+		backoff.Sleep(ctx, nil, bo.Next(), nil)
 	}
 }
 
