@@ -90,9 +90,9 @@ test: gocheck deps fmt-check vet
 bench: deps-run
 	$(GO) run -tags $(TAGS) ./bench/cmd/lockfs-bench -out bench/results.json
 
-# The scale measurements (docs/BENCHMARKS.md, "At scale"): 1,000 GCS hosts
-# × 100 locks in helper processes, and 100,000 locks held through a gcs
-# daemon; 30-45 minutes. Not part of `make test` or `make bench`. Its keys
+# The scale measurements (docs/BENCHMARKS.md, "At scale"): 1,000 hosts ×
+# 100 locks in helper processes on GCS and on etcd, and 100,000 locks held
+# through a gcs daemon; 30-45 minutes. Not part of `make test` or `make bench`. Its keys
 # are merged into bench/results.json.
 bench-scale: deps
 	$(GO) run -tags $(TAGS) ./bench/cmd/lockfs-bench -scale -out bench/results.json

@@ -95,7 +95,7 @@ type Config struct {
 	// the other mount's wait is timed (fair_cross_mount_wait_ms).
 	FairHold time.Duration
 
-	// Scale adds the scale measurements (ScaleMeasurements: gcssim,
+	// Scale adds the scale measurements (ScaleMeasurements: gcssim, etcdsim,
 	// gcsheld) to the run: make bench-scale.
 	Scale bool
 
@@ -166,7 +166,7 @@ func DefaultConfig() Config {
 }
 
 // ScaleConfig is the configuration of `make bench-scale`: DefaultConfig
-// with the scale measurements only (gcssim, gcsheld), under 45 minutes.
+// with the scale measurements only (gcssim, etcdsim, gcsheld), under 45 minutes.
 func ScaleConfig() Config {
 	c := DefaultConfig()
 	c.Scale = true

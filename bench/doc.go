@@ -25,8 +25,9 @@
 // hosts in this process (gcsfleet: 16 hosts under the write limit). The
 // scale measurements run only with Config.Scale (make bench-scale): gcssim
 // runs 1,000 hosts holding 100 locks each in helper processes (this binary
-// re-executed, simhosts.go), counting requests in their backends, and
-// gcsheld holds 100,000 locks through a `lockfs mount --backend gcs`
+// re-executed, simhosts.go), counting requests in their backends; etcdsim
+// the same hosts on one etcd member, counting requests at the member (its
+// gRPC metrics) and in the backends; and gcsheld holds 100,000 locks through a `lockfs mount --backend gcs`
 // daemon. The takeover figure kills the holder
 // host's `lockfs mount --backend gcs` daemon with SIGKILL while a second
 // daemon's client waits; with a lockfs binary that lacks the gcs backend,

@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
@@ -68,77 +66,21 @@ func (r *runner) gcsSim(ctx context.Context) error {
 	res.set("gcs_sim_locks", float64(n*per))
 	res.set("gcs_sim_procs", float64(nproc))
 
-	procs := make([]*simProc, 0, nproc)
-	defer func() {
-		for _, p := range procs {
-			p.kill() // after a clean close, already gone
-		}
-	}()
-	for k := 0; k < nproc; k++ {
-		first, last := k*n/nproc, (k+1)*n/nproc
-		p, err := r.startSimProc(fmt.Sprintf("gcs-sim-%d", k), simSpec{endpoint: gcstest.Endpoint(emu.url), bucket: gcsBucket,
-			prefix: "sim/", first: first, hosts: last - first, locks: per})
-		if err != nil {
-			return err
-		}
-		p.progress = func(s string) { r.logf("gcs sim: process %d: %s locks held", k, strings.TrimPrefix(s, "progress ")) }
-		procs = append(procs, p)
+	procs, err := r.startSims("gcs-sim", simSpec{backend: "gcs", endpoint: gcstest.Endpoint(emu.url), bucket: gcsBucket,
+		prefix: "sim/", locks: per}, n, nproc)
+	if err != nil {
+		return err
 	}
-	// askAll sends cmd to every process at once and sums the answers.
-	askAll := func(ctx context.Context, cmd, want string) ([]float64, error) {
-		var (
-			mu    sync.Mutex
-			sum   []float64
-			first error
-			wg    sync.WaitGroup
-		)
-		for _, p := range procs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				f, err := p.ask(ctx, cmd, want)
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					if first == nil {
-						first = err
-					}
-					return
-				}
-				if sum == nil {
-					sum = make([]float64, len(f))
-				}
-				for i := range f {
-					if i < len(sum) {
-						sum[i] += f[i]
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		return sum, first
-	}
-
-	// The setup.
-	start := time.Now()
-	took, err := askAll(ctx, fmt.Sprintf("take %v", r.cfg.GCSSimSetup), "took")
-	setup := time.Since(start)
+	defer procs.kill()
+	setup, ok := procs.take(ctx, r, "gcs_sim", simKeys, n*per, r.cfg.GCSSimSetup)
 	res.set("gcs_sim_setup_s", setup.Seconds())
-	if err != nil || took[0] != float64(n*per) {
-		held, failed, lost := 0.0, 0.0, 0.0
-		if took != nil {
-			held, failed, lost = took[0], took[1], took[2]
-		}
-		r.nullKeys("gcs_sim", simKeys, fmt.Sprintf("%.0f of %d locks held after %v (%.0f acquires failed, %.0f holds lost): %v",
-			held, n*per, setup.Round(time.Second), failed, lost, err))
+	if !ok {
 		return nil
 	}
-	r.logf("gcs sim: %d hosts in %d processes hold %d locks after %v (%.0f/s; %.0f lost so far)",
-		n, nproc, n*per, setup.Round(time.Millisecond), float64(n*per)/setup.Seconds(), took[2])
 
 	// The idle fleet, then the churning one, counted by the hosts.
 	counts := func() (requests, error) {
-		f, err := askAll(ctx, "stats", "stats")
+		f, err := procs.askAll(ctx, "stats", "stats")
 		if err != nil {
 			return requests{}, err
 		}
@@ -174,22 +116,16 @@ func (r *runner) gcsSim(ctx context.Context) error {
 	var churn []float64
 	churnMix, secs, err := window(func() error {
 		var err error
-		churn, err = askAll(ctx, fmt.Sprintf("churn %v %v", r.cfg.GCSSimChurnDur, r.cfg.GCSSimChurnEvery), "churned")
+		churn, err = procs.askAll(ctx, fmt.Sprintf("churn %v %v", r.cfg.GCSSimChurnDur, r.cfg.GCSSimChurnEvery), "churned")
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	t0 := time.Now()
-	closed, err := askAll(ctx, "close", "closed")
+	lost, closeS, err := procs.close(ctx)
 	if err != nil {
 		return err
 	}
-	for _, p := range procs {
-		<-p.done
-	}
-	closeS := time.Since(t0).Seconds()
-	lost := closed[0]
 
 	usd := func(m requests) float64 {
 		return (m.classA()*usdPerClassA + m.reads*usdPerClassB) * secPerMonth / float64(n)

@@ -280,5 +280,6 @@ var RequiredKeys = []string{
 var ScaleKeys = []string{
 	"gcs_sim_1000_hosts_writes_per_s", "gcs_sim_1000_hosts_losses", "gcs_sim_1000_hosts_class_a_per_s",
 	"gcs_usd_per_host_month_idle", "gcs_usd_per_host_month_churning",
+	"etcd_sim_1000_hosts_requests_per_s", "etcd_sim_1000_hosts_losses",
 	"held_100k_rss_mb", "acquire_ratio_100k_vs_100",
 }

@@ -17,8 +17,9 @@ var Measurements = []string{"lockpair", "cycle", "disjoint", "handoff", "fair", 
 
 // ScaleMeasurements are the measurements of make bench-scale, run after
 // Measurements when Config.Scale is set: 1,000 hosts × 100 locks on GCS
-// (gcssim) and 100,000 locks held through a gcs daemon (gcsheld).
-var ScaleMeasurements = []string{"gcssim", "gcsheld"}
+// (gcssim) and on etcd (etcdsim), and 100,000 locks held through a gcs
+// daemon (gcsheld).
+var ScaleMeasurements = []string{"gcssim", "etcdsim", "gcsheld"}
 
 // runner is one run: its configuration, work directory, helper binaries,
 // shared mounts and results.
@@ -92,6 +93,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		"gcs":      r.gcs,
 		"gcsfleet": r.gcsFleet,
 		"gcssim":   r.gcsSim,
+		"etcdsim":  r.etcdSim,
 		"gcsheld":  r.gcsHeld,
 		"etcd":     r.etcd,
 		"drain":    r.drain,

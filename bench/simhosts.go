@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,25 +13,27 @@ import (
 	"time"
 
 	"github.com/lockfs/lockfs/gcsbackend"
+	"github.com/lockfs/lockfs/lockmgr"
 )
 
-// The sim's hosts run in helper processes (helperSimHosts), each a slice
-// of the hosts, so that a thousand backends, their engines and clients
-// are not all in the harness's process, which runs the counting proxy.
-// The harness talks to each over its standard input and output, one
-// command and one answer line at a time:
+// The sims' hosts (gcssim, etcdsim) run in helper processes
+// (helperSimHosts), each a slice of the hosts, so that a thousand
+// backends, their engines and clients are not all in the harness's
+// process. The harness talks to each over its standard input and output,
+// one command and one answer line at a time:
 //
 //	take DUR        -> "took HELD FAILED LOST SECONDS"  every host takes its locks, for at most DUR
 //	churn DUR EVERY -> "churned CYCLES FAILED LOST"     every EVERY, for DUR: release every lock, take it
 //	                                                   again half a period later
-//	stats           -> "stats READS WRITES LISTS DELETES"  the GCS requests the hosts sent so far
+//	stats           -> "stats N..."                     the requests the hosts' backends counted so far
+//	                                                   (simBackends says which)
 //	close           -> "closed LOST SECONDS"            close every host, a few at a time; then exit
 //
 // LOST counts the holds the hosts' engines reported lost so far. While it
 // takes its locks, a helper also prints "progress HELD" every 30 s. The
 // requests are counted by the hosts' backends (gcsbackend.Stats: every
-// request sent, retries included, a listing per page), so that no proxy
-// stands between a thousand clients and the emulator.
+// request sent, retries included, a listing per page; etcdbackend.Stats),
+// so that no proxy stands between a thousand clients and the server.
 
 const helperSimHosts = "sim-hosts"
 
@@ -48,24 +48,26 @@ const simTakeWorkers = 32
 
 // simSpec is what a sim helper process needs, passed in its environment.
 type simSpec struct {
-	endpoint, bucket, prefix string
-	first, hosts, locks      int
+	// backend is a key of simBackends; endpoint is the GCS emulator's, or
+	// the etcd endpoints, comma-separated; bucket is GCS's only.
+	backend, endpoint, bucket, prefix string
+	first, hosts, locks               int
 }
 
 func (s simSpec) env() string {
-	return "LOCKFS_BENCH_SIM=" + strings.Join([]string{s.endpoint, s.bucket, s.prefix,
+	return "LOCKFS_BENCH_SIM=" + strings.Join([]string{s.backend, s.endpoint, s.bucket, s.prefix,
 		strconv.Itoa(s.first), strconv.Itoa(s.hosts), strconv.Itoa(s.locks)}, "\x1f")
 }
 
 func parseSimSpec(v string) (simSpec, error) {
 	f := strings.Split(v, "\x1f")
-	if len(f) != 6 {
+	if len(f) != 7 || simBackends[f[0]] == nil {
 		return simSpec{}, fmt.Errorf("bad LOCKFS_BENCH_SIM %q", v)
 	}
-	s := simSpec{endpoint: f[0], bucket: f[1], prefix: f[2]}
+	s := simSpec{backend: f[0], endpoint: f[1], bucket: f[2], prefix: f[3]}
 	var err error
 	for i, p := range []*int{&s.first, &s.hosts, &s.locks} {
-		if *p, err = strconv.Atoi(f[3+i]); err != nil {
+		if *p, err = strconv.Atoi(f[4+i]); err != nil {
 			return simSpec{}, fmt.Errorf("bad LOCKFS_BENCH_SIM %q: %w", v, err)
 		}
 	}
@@ -76,6 +78,32 @@ func parseSimSpec(v string) (simSpec, error) {
 // few parents.
 func simLock(i, j int) string { return fmt.Sprintf("s%d/h%d-k%d", j%simParents, i, j) }
 
+// simHost is one host of a sim helper: its engine, and the request counts
+// of its backend.
+type simHost struct {
+	e     *lockmgr.Engine
+	stats func() []uint64
+}
+
+// simBackends makes a sim host of each backend: a backend of its own
+// (session, client) with host id id, and an engine over it that counts
+// its lost holds in lost.
+var simBackends = map[string]func(ctx context.Context, spec simSpec, id string, lost *atomic.Int64) (simHost, error){
+	// stats: reads, writes, lists, deletes
+	"gcs": func(ctx context.Context, spec simSpec, id string, lost *atomic.Int64) (simHost, error) {
+		h, err := newClientHost(ctx, gcsbackend.Config{Bucket: spec.bucket, Endpoint: spec.endpoint,
+			Prefix: spec.prefix, HostID: id}, lost)
+		if err != nil {
+			return simHost{}, err
+		}
+		return simHost{h.e, func() []uint64 {
+			s := h.b.Stats()
+			return []uint64{s.Reads, s.Writes, s.Lists, s.Deletes}
+		}}, nil
+	},
+	"etcd": newEtcdSimHost,
+}
+
 // simHosts is the helper process: it runs the hosts of its spec and
 // answers the harness's commands until "close".
 func simHosts() error {
@@ -85,16 +113,15 @@ func simHosts() error {
 	}
 	ctx := context.Background()
 	var lost atomic.Int64
-	hosts := make([]*gcsClientHost, spec.hosts)
+	hosts := make([]simHost, spec.hosts)
 	for k := range hosts {
-		if hosts[k], err = newClientHost(ctx, gcsbackend.Config{Bucket: spec.bucket, Endpoint: spec.endpoint,
-			Prefix: spec.prefix, HostID: fmt.Sprintf("sim-h%d", spec.first+k)}, &lost); err != nil {
+		if hosts[k], err = simBackends[spec.backend](ctx, spec, fmt.Sprintf("sim-h%d", spec.first+k), &lost); err != nil {
 			return err
 		}
 	}
 	// each runs f on every (host, lock) pair, simTakeWorkers at a time,
 	// and counts the failures.
-	each := func(f func(h *gcsClientHost, i, j int) error) (failed int64, first error) {
+	each := func(f func(h simHost, i, j int) error) (failed int64, first error) {
 		var mu sync.Mutex
 		parallel(ctx, spec.hosts*spec.locks, simTakeWorkers, func(n int) error {
 			k, j := n%spec.hosts, n/spec.hosts
@@ -110,13 +137,13 @@ func simHosts() error {
 		})
 		return failed, first
 	}
-	acquire := func(h *gcsClientHost, i, j int) error {
+	acquire := func(h simHost, i, j int) error {
 		actx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		_, err := h.e.Acquire(actx, gcsRequest(simLock(i, j), j+1, true))
 		return err
 	}
-	release := func(h *gcsClientHost, i, j int) error {
+	release := func(h simHost, i, j int) error {
 		rctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		req := gcsRequest(simLock(i, j), j+1, true)
@@ -153,7 +180,7 @@ func simHosts() error {
 					}
 				}
 			}()
-			failed, first := each(func(h *gcsClientHost, i, j int) error {
+			failed, first := each(func(h simHost, i, j int) error {
 				if tctx.Err() != nil {
 					return tctx.Err()
 				}
@@ -172,15 +199,21 @@ func simHosts() error {
 			}
 			fmt.Printf("took %d %d %d %.3f\n", held.Load(), failed, lost.Load(), time.Since(start).Seconds())
 		case "stats":
-			var st gcsbackend.Stats
+			var sum []uint64
 			for _, h := range hosts {
-				s := h.b.Stats()
-				st.Reads += s.Reads
-				st.Writes += s.Writes
-				st.Lists += s.Lists
-				st.Deletes += s.Deletes
+				st := h.stats()
+				if sum == nil {
+					sum = make([]uint64, len(st))
+				}
+				for i, n := range st {
+					sum[i] += n
+				}
 			}
-			fmt.Printf("stats %d %d %d %d\n", st.Reads, st.Writes, st.Lists, st.Deletes)
+			fmt.Print("stats")
+			for _, n := range sum {
+				fmt.Printf(" %d", n)
+			}
+			fmt.Println()
 		case "churn":
 			if len(cmd) != 3 {
 				return fmt.Errorf("bad command %q", in.Text())
@@ -219,97 +252,4 @@ func simHosts() error {
 		}
 	}
 	return in.Err()
-}
-
-// simProc is a running sim helper process, seen from the harness.
-type simProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string // its answers; closed when it exits
-	done  chan struct{}
-	log   string
-	// progress, if set, is given the "progress" lines.
-	progress func(string)
-}
-
-// startSimProc re-executes this binary as a sim helper for spec.
-func (r *runner) startSimProc(name string, spec simSpec) (*simProc, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(self, "-test.run=^$") // harmless if self is a test binary
-	cmd.Env = append(os.Environ(), helperEnv+"="+helperSimHosts, spec.env())
-	stdin, stdout, logPath, err := r.startPiped(name, cmd)
-	if err != nil {
-		return nil, err
-	}
-	p := &simProc{cmd: cmd, stdin: stdin, lines: make(chan string, 4), done: make(chan struct{}), log: logPath}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-		cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-// ask sends a command and returns the answer's fields after its first
-// word, which must be want.
-func (p *simProc) ask(ctx context.Context, cmd, want string) ([]float64, error) {
-	if _, err := fmt.Fprintln(p.stdin, cmd); err != nil {
-		return nil, fmt.Errorf("%s: %w (%s)", cmd, err, logTail(p.log))
-	}
-	for {
-		select {
-		case s, ok := <-p.lines:
-			if ok && strings.HasPrefix(s, "progress ") {
-				if p.progress != nil {
-					p.progress(s)
-				}
-				continue
-			}
-			return parseAnswer(cmd, want, s, ok, p.log)
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// parseAnswer reads an answer line: its first word must be want, the
-// others numbers.
-func parseAnswer(cmd, want, s string, ok bool, log string) ([]float64, error) {
-	{
-		f := strings.Fields(s)
-		if !ok || len(f) == 0 || f[0] != want {
-			return nil, fmt.Errorf("%s: answer %q (%s)", cmd, s, logTail(log))
-		}
-		out := make([]float64, len(f)-1)
-		for i, x := range f[1:] {
-			v, err := strconv.ParseFloat(x, 64)
-			if err != nil {
-				return nil, fmt.Errorf("%s: answer %q", cmd, s)
-			}
-			out[i] = v
-		}
-		return out, nil
-	}
-}
-
-// kill ends the process at once and reaps it.
-func (p *simProc) kill() {
-	p.cmd.Process.Kill()
-	<-p.done
-}
-
-// logTail returns the end of a log file, for an error message.
-func logTail(path string) string {
-	b, _ := os.ReadFile(path)
-	if len(b) > 1024 {
-		b = b[len(b)-1024:]
-	}
-	return strings.TrimSpace(string(b))
 }

@@ -5,7 +5,8 @@
 //
 //	go run ./bench/cmd/lockfs-bench -out bench/results.json
 //
-// and `make bench-scale` adds -scale (1,000 GCS hosts, 100,000 held locks).
+// and `make bench-scale` adds -scale (1,000 hosts on GCS and on etcd, 100,000
+// held locks).
 //
 // It must run as root on Linux with fuse3 installed, from inside the lockfs
 // module (it builds its helper binaries with the go command).
