@@ -98,6 +98,9 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mod
 	if err := id.Check(); err != nil {
 		return nil, err
 	}
+	if l := b.claimWarm(id, mode); l != nil {
+		return l, nil
+	}
 	if err := b.enter(); err != nil {
 		return nil, err
 	}
@@ -136,6 +139,31 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mod
 	c.sess, c.mode, c.rev, c.tokens, c.uncertain = sess, mode, rev, 0, false
 	b.stats.claims.Add(1)
 	return b.newLeaseLocked(c), nil
+}
+
+// claimWarm takes this host's warm key on id in mode again, with no
+// request and no context, if there is one, its slot is free and the live
+// session vouches for it; else it returns nil and the full path (claim)
+// decides, waiting for the slot if need be. It is the same grant as the
+// full path's warm one, taken in one critical section: the warm re-take is
+// what a busy host does most.
+func (b *Backend) claimWarm(id lockmgr.LockID, mode lockmgr.Mode) *lease {
+	now := b.clock.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c, s := b.claims[id], b.sess
+	if b.closed || c == nil || c.gone || s == nil || c.sess != s || c.mode != mode || c.lease != nil ||
+		c.uncertain || s.check(now) != nil {
+		return nil
+	}
+	select {
+	case c.slot <- struct{}{}: // no drop or claim of the key runs
+	default:
+		return nil
+	}
+	defer c.unlock()
+	b.stats.warmClaims.Add(1)
+	return b.newLeaseLocked(c)
 }
 
 // bound returns ctx bounded as a call with or without wait is: also ended

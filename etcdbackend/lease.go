@@ -230,15 +230,13 @@ func (l *lease) Release(ctx context.Context) error {
 		return fmt.Errorf("release %s: %w", c.id, ctx.Err())
 	}
 	defer c.unlock()
+	now := b.clock.Now()
 	b.mu.Lock()
 	if c.lease == l {
 		c.lease = nil
 	}
-	c.idleSince = b.clock.Now()
-	b.mu.Unlock()
-	contended := l.IsContended()
-	b.mu.Lock()
-	drop := !lost && !c.gone && (b.cfg.WarmFor < 0 || contended || b.wantedLocked(c))
+	c.idleSince = now
+	drop := !lost && !c.gone && (b.cfg.WarmFor < 0 || l.IsContended() || b.wantedLocked(c))
 	b.mu.Unlock()
 	b.stats.releases.Add(1)
 	if !drop {
