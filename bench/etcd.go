@@ -55,9 +55,8 @@ import (
 //     etcd_requests_per_warm_reacquire: of a release and re-claim on the
 //     same host with nobody else wanting the lock (keep-alives apart).
 func (r *runner) etcd(ctx context.Context) error {
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		r.nullKeys("etcd", etcdKeys, fmt.Sprintf("the etcd server is not installed (apt-get install etcd-server; make deps installs it): %v", err))
+	bin := r.etcdServer("etcd", etcdKeys)
+	if bin == "" {
 		return nil
 	}
 	c, onTmpfs, stop, err := r.launchEtcd(bin, "etcd")
@@ -73,6 +72,17 @@ func (r *runner) etcd(ctx context.Context) error {
 	}
 	e.report()
 	return nil
+}
+
+// etcdServer returns the etcd server's path, or "" after nulling keys
+// under what if it is not installed.
+func (r *runner) etcdServer(what string, keys []string) string {
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		r.nullKeys(what, keys, fmt.Sprintf("the etcd server is not installed (apt-get install etcd-server; make deps installs it): %v", err))
+		return ""
+	}
+	return bin
 }
 
 // launchEtcd starts a one-member etcd server on loopback with its data on

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -37,13 +36,14 @@ var etcdSimKeys = []string{"etcd_sim_1000_hosts_requests_per_s", "etcd_sim_1000_
 // close), etcd_sim_keepalives_per_s (server: LeaseKeepAlive messages),
 // etcd_sim_backend_requests_per_s and etcd_sim_backend_keepalives_per_s
 // (the hosts' own counts), etcd_sim_setup_s, etcd_sim_close_s,
-// etcd_sim_sessions_lost, etcd_sim_setup_requests (server; at least one
-// per lock, or the count is wrong and the measurement fails). Null with etcd_sim_unavailable_reason if etcd is
-// not installed or not every lock is held within the setup bound.
+// etcd_sim_sessions_lost (during the steady window),
+// etcd_sim_setup_requests (server; at least one per lock, or the count is
+// wrong and the measurement fails). Null with etcd_sim_unavailable_reason
+// if etcd is not installed or not every lock is held within the setup
+// bound.
 func (r *runner) etcdSim(ctx context.Context) error {
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		r.nullKeys("etcd_sim", etcdSimKeys, fmt.Sprintf("the etcd server is not installed (apt-get install etcd-server; make deps installs it): %v", err))
+	bin := r.etcdServer("etcd_sim", etcdSimKeys)
+	if bin == "" {
 		return nil
 	}
 	c, _, stop, err := r.launchEtcd(bin, "etcd-sim")
