@@ -36,7 +36,8 @@ var etcdSimKeys = []string{"etcd_sim_1000_hosts_requests_per_s", "etcd_sim_1000_
 // close), etcd_sim_keepalives_per_s (server: LeaseKeepAlive messages),
 // etcd_sim_backend_requests_per_s and etcd_sim_backend_keepalives_per_s
 // (the hosts' own counts), etcd_sim_setup_s, etcd_sim_close_s,
-// etcd_sim_sessions_lost (during the steady window),
+// etcd_sim_sessions_lost (during the steady window), etcd_sim_member_fds
+// (the member's descriptors at its end: a connection per host),
 // etcd_sim_setup_requests (server; at least one per lock, or the count is
 // wrong and the measurement fails). Null with etcd_sim_unavailable_reason
 // if etcd is not installed or not every lock is held within the setup
@@ -97,8 +98,9 @@ func (r *runner) etcdSim(ctx context.Context) error {
 	res.set("etcd_sim_backend_keepalives_per_s", h[1]/secs)
 	res.set("etcd_sim_sessions_lost", h[5])
 	res.set("etcd_sim_close_s", closeS)
-	r.logf("etcd sim: idle %.1fs: server %s requests/s (%s keep-alives/s), hosts counted %s/s (%s keep-alives/s, %.0f failures); closed in %.1fs; %.0f holds lost, %.0f sessions lost",
-		secs, fmtNum(reqS), fmtNum(kaS), fmtNum(h[0]/secs), fmtNum(h[1]/secs), h[4], closeS, lost, h[5])
+	res.set("etcd_sim_member_fds", s.openFDs)
+	r.logf("etcd sim: idle %.1fs: server %s requests/s (%s keep-alives/s), hosts counted %s/s (%s keep-alives/s, %.0f failures); closed in %.1fs; %.0f holds lost, %.0f sessions lost; the member had %.0f descriptors",
+		secs, fmtNum(reqS), fmtNum(kaS), fmtNum(h[0]/secs), fmtNum(h[1]/secs), h[4], closeS, lost, h[5], s.openFDs)
 
 	r.etcdSimRows(fmt.Sprintf("%d hosts × %d locks in %d processes, default TTL, %v steady", n, per, nproc, r.cfg.GCSSimDur),
 		fmt.Sprintf("keep-alives %s/s; setup %s s", fmtNum(kaS), fmtNum(setup.Seconds())), fmt.Sprintf("closed in %s s", fmtNum(closeS)))
@@ -159,7 +161,7 @@ func etcdSimIdle(ctx context.Context, procs simProcs, metrics string, dur time.D
 	for i := range h1 {
 		h1[i] -= h0[i]
 	}
-	return etcdServerCount{s1.messages - s0.messages, s1.keepAlives - s0.keepAlives}, h1, time.Since(t0).Seconds(), nil
+	return etcdServerCount{s1.messages - s0.messages, s1.keepAlives - s0.keepAlives, s1.openFDs}, h1, time.Since(t0).Seconds(), nil
 }
 
 // newEtcdSimHost is a sim host on etcd: a backend of its own (client,
@@ -186,6 +188,7 @@ func newEtcdSimHost(_ context.Context, spec simSpec, id string, lost *atomic.Int
 type etcdServerCount struct {
 	messages   float64 // grpc_server_msg_received_total, every method
 	keepAlives float64 // the same, LeaseKeepAlive
+	openFDs    float64 // process_open_fds: its descriptors now
 }
 
 // etcdServerRequests reads an etcd member's gRPC request counts from its
@@ -211,6 +214,10 @@ func etcdServerRequests(ctx context.Context, url string) (etcdServerCount, error
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "process_open_fds "); ok {
+			c.openFDs, _ = strconv.ParseFloat(v, 64)
+			continue
+		}
 		if !strings.HasPrefix(line, "grpc_server_msg_received_total{") {
 			continue
 		}
