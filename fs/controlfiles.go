@@ -25,6 +25,12 @@ func (f *FS) Note(id lockmgr.LockID, owner lockmgr.Owner) string {
 	return f.ctl.Note(id, owner)
 }
 
+// Control returns the mount's control files, for tests that look inside
+// them (package control's).
+func (f *FS) Control() *control.Files {
+	return f.ctl
+}
+
 // LockPath returns d's path in the engine's form ("." for the root): the
 // path of the locks its control files take.
 func (d *Dir) LockPath() string {

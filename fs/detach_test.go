@@ -15,6 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lockfs/lockfs/internal/testutil"
+
+	"github.com/lockfs/lockfs/fs/internal/fstest"
 )
 
 // openToTheLimit raises its soft descriptor limit to its hard one (at most
@@ -73,7 +75,7 @@ func openLimitScenario(t *testing.T, passthrough bool) (got string, own, limit, 
 		args = append(args, m.m(name))
 	}
 	before := testutil.OpenFds(t)
-	cmd := exec.Command(python(t), args...)
+	cmd := exec.Command(fstest.Python(t), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	c := testutil.StartChild(t, cmd)
 	line := strings.Fields(c.Line(5 * time.Minute))
@@ -148,29 +150,29 @@ func TestDetachedFlock(t *testing.T) {
 		t.Helper()
 		testutil.Eventually(t, fmt.Sprintf("%d descriptors counted for uid 0", want), func() bool { return m.fs.handles.count(0) == want })
 	}
-	p := startPy(t, 0, 0)
+	p := fstest.StartPy(t, 0, 0)
 	for _, f := range []string{"f", "g", "h"} {
-		p.must("ok", "open %s %s", f, m.m(f))
+		p.Must("ok", "open %s %s", f, m.m(f))
 	}
 	count(0) // three opens, no descriptor (the cap is 2)
-	p.must("ok", "flock f ex nb")
+	p.Must("ok", "flock f ex nb")
 	count(1)
 	if !held("f") {
 		t.Errorf("flock through the mount does not exclude a flock on SOURCE")
 	}
-	q := startPy(t, 0, 0) // a lock that fails keeps no descriptor
-	q.must("ok", "open f %s", m.m("f"))
-	q.must("err EAGAIN", "flock f ex nb")
+	q := fstest.StartPy(t, 0, 0) // a lock that fails keeps no descriptor
+	q.Must("ok", "open f %s", m.m("f"))
+	q.Must("err EAGAIN", "flock f ex nb")
 	count(1)
-	p.must("ok", "flock g ex nb")
-	p.must("err ENOLCK", "flock h ex nb")
-	p.must("ok", "flock f un")
+	p.Must("ok", "flock g ex nb")
+	p.Must("err ENOLCK", "flock h ex nb")
+	p.Must("ok", "flock f un")
 	count(1)
 	if held("f") {
 		t.Errorf("f still locked on SOURCE after LOCK_UN")
 	}
-	p.must("ok", "flock h ex nb") // f's place
-	p.must("ok", "close g")
+	p.Must("ok", "flock h ex nb") // f's place
+	p.Must("ok", "close g")
 	count(1)
 	testutil.Eventually(t, "g's lock to end at close", func() bool { return !held("g") })
 	if !held("h") {

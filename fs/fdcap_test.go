@@ -13,6 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lockfs/lockfs/internal/testutil"
+
+	"github.com/lockfs/lockfs/fs/internal/fstest"
 )
 
 // openUntilFull opens path read-only until an error, as uid, and reports
@@ -36,7 +38,7 @@ sys.stdin.read()
 // descriptors until the test ends.
 func hog(t *testing.T, uid uint32, path string) string {
 	t.Helper()
-	cmd := exec.Command(python(t), "-c", openUntilFull, path)
+	cmd := exec.Command(fstest.Python(t), "-c", openUntilFull, path)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uid, Gid: uid}}
 	return strings.TrimSpace(testutil.StartChild(t, cmd).Line(time.Minute))
 }
@@ -160,15 +162,15 @@ func TestOpenCapCountsLockCarriers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := startPy(t, 0, 0)
-	p.must("ok", "open f %s", m.m("f"))
-	p.must("ok", "open g %s", m.m("g")) // control: two handles, at the cap
-	p.must("err ENOLCK", "lockf f ex nb")
-	p.must("ok", "close g")
+	p := fstest.StartPy(t, 0, 0)
+	p.Must("ok", "open f %s", m.m("f"))
+	p.Must("ok", "open g %s", m.m("g")) // control: two handles, at the cap
+	p.Must("err ENOLCK", "lockf f ex nb")
+	p.Must("ok", "close g")
 	testutil.Eventually(t, "the release of g", func() bool { return m.fs.handles.count(0) == 1 })
-	p.must("ok", "lockf f ex nb") // the carrier takes g's place
-	p.must("err EMFILE", "open g %s", m.m("g"))
-	p.must("ok", "close f") // a POSIX lock ends at any close: the carrier goes
+	p.Must("ok", "lockf f ex nb") // the carrier takes g's place
+	p.Must("err EMFILE", "open g %s", m.m("g"))
+	p.Must("ok", "close f") // a POSIX lock ends at any close: the carrier goes
 	testutil.Eventually(t, "the release of f and its carrier", func() bool { return m.fs.handles.count(0) == 0 })
-	p.must("ok", "open g %s", m.m("g"))
+	p.Must("ok", "open g %s", m.m("g"))
 }

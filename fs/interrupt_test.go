@@ -8,6 +8,8 @@ import (
 
 	"bazil.org/fuse"
 	fusefs "bazil.org/fuse/fs"
+
+	"github.com/lockfs/lockfs/fs/internal/fstest"
 )
 
 func lockWait(id fuse.RequestID) *fuse.LockWaitRequest {
@@ -157,16 +159,16 @@ func delayLockWaits(delay time.Duration, track bool) func(*FS) *fusefs.Config {
 // reports whether it was gone within limit.
 func killWaiterDuringDelay(t *testing.T, m *ctlMount, limit time.Duration) bool {
 	t.Helper()
-	f := m.path("a/.lock")
-	p := startPy(t, 0, 0)
-	p.must("ok", "open f %s", f)
-	p.send("flock f ex")
+	f := m.Path("a/.lock")
+	p := fstest.StartPy(t, 0, 0)
+	p.Must("ok", "open f %s", f)
+	p.Send("flock f ex")
 	time.Sleep(100 * time.Millisecond) // the LockWait is now in its delay
 	start := time.Now()
-	syscall.Kill(p.pid, syscall.SIGKILL)
+	syscall.Kill(p.PID, syscall.SIGKILL)
 	gone := make(chan struct{})
 	go func() {
-		for range p.lines { // closed when the process is gone
+		for range p.Lines { // closed when the process is gone
 		}
 		close(gone)
 	}()
@@ -182,8 +184,8 @@ func killWaiterDuringDelay(t *testing.T, m *ctlMount, limit time.Duration) bool 
 func TestInterruptBeforeRegistrationMounted(t *testing.T) {
 	const delay = 500 * time.Millisecond
 	m := newCtlMountConfig(t, delayLockWaits(delay, true))
-	m.mkdir("a")
-	flockHold(t, m.path("a/.lock"), "-x")
+	m.Mkdir("a")
+	fstest.FlockHold(t, m.Path("a/.lock"), "-x")
 	if !killWaiterDuringDelay(t, m, delay+2*time.Second) {
 		t.Fatal("a waiter SIGKILLed before its LockWait registered did not die")
 	}
@@ -194,8 +196,8 @@ func TestInterruptBeforeRegistrationMounted(t *testing.T) {
 func TestInterruptBeforeRegistrationControl(t *testing.T) {
 	const delay = 500 * time.Millisecond
 	m := newCtlMountConfig(t, delayLockWaits(delay, false))
-	m.mkdir("a")
-	holder := flockHold(t, m.path("a/.lock"), "-x")
+	m.Mkdir("a")
+	holder := fstest.FlockHold(t, m.Path("a/.lock"), "-x")
 	if killWaiterDuringDelay(t, m, delay+2*time.Second) {
 		t.Fatal("without the tracker the killed waiter died anyway: this test cannot see the race")
 	}

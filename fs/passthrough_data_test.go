@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lockfs/lockfs/fs/internal/fstest"
 	"github.com/lockfs/lockfs/internal/testutil"
 )
 
@@ -43,7 +44,7 @@ func (c *opCounter) get(op string) int {
 
 // newModeMount mounts a fresh SOURCE with passthrough on or off and counts
 // its requests. With on, passthrough must be in effect: the tests run as
-// root (they fail without it in CI, ptRequireFUSE) on a kernel with it.
+// root (they fail without it in CI, fstest.RequireFUSE) on a kernel with it.
 func newModeMount(t *testing.T, on bool) (*ptMount, *opCounter) {
 	t.Helper()
 	c := &opCounter{n: map[string]int{}}
@@ -342,7 +343,7 @@ func TestPTPassthroughSharesOneBackingID(t *testing.T) {
 			t.Errorf("descriptor %d reads %q, %v", i, buf[:n], err)
 		}
 	}
-	// One inode, once the mount's poll probe (pollProbe) is released:
+	// One inode, once the mount's poll probe (fstest.PollProbe) is released:
 	// the kernel sends its RELEASE after close(2) has returned.
 	testutil.Eventually(t, "one inode tracked for passthrough", func() bool {
 		m.fs.pt.mu.Lock()
@@ -488,7 +489,7 @@ func mmapPy(t *testing.T, script string, args ...string) {
 		"    return mmap.mmap(fd, os.fstat(fd).st_size, mmap.MAP_SHARED)\n"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python(t), append([]string{"-c", prelude + script}, args...)...)
+	cmd := exec.CommandContext(ctx, fstest.Python(t), append([]string{"-c", prelude + script}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	out, err := cmd.CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "ok" {

@@ -1,4 +1,4 @@
-package fs
+package control_test
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/lockfs/lockfs/internal/testutil"
+
+	"github.com/lockfs/lockfs/fs/internal/fstest"
 )
 
 // TestControlFileNoteAppend: a note is a small file of its own open file
@@ -18,37 +20,37 @@ import (
 // reached), and after a 1 KiB note it failed with EFBIG.
 func TestControlFileNoteAppend(t *testing.T) {
 	m := newCtlMount(t)
-	m.mkdir("a", "b")
+	m.Mkdir("a", "b")
 	for _, first := range []int{20, 1024} {
-		p := startPy(t, 0, 0)
-		p.must("ok", "open f %s", m.path("a/.lock"))
-		p.must(fmt.Sprintf("wrote %d", first), `write f "%s"`, strings.Repeat("n", first))
+		p := fstest.StartPy(t, 0, 0)
+		p.Must("ok", "open f %s", m.Path("a/.lock"))
+		p.Must(fmt.Sprintf("wrote %d", first), `write f "%s"`, strings.Repeat("n", first))
 		// O_APPEND without O_CREAT: an O_CREAT open refreshes the
 		// kernel's idea of the size, which hides the bug.
-		q := startPy(t, 0, 0)
-		q.must("ok", "opena g %s", m.path("a/.lock"))
-		q.must("ok", "flock g ex")
+		q := fstest.StartPy(t, 0, 0)
+		q.Must("ok", "opena g %s", m.Path("a/.lock"))
+		q.Must("ok", "flock g ex")
 		pid := strconv.Itoa(100 + first)
-		q.must(fmt.Sprintf("wrote %d", len(pid)+1), `write g "%s\n"`, pid)
-		if want := fmt.Sprintf(" note=%q\n", pid); !strings.Contains(m.status("a/.lock"), want) {
-			t.Errorf("after a %d-byte note through another descriptor, status lacks%s%s", first, want, m.status("a/.lock"))
+		q.Must(fmt.Sprintf("wrote %d", len(pid)+1), `write g "%s\n"`, pid)
+		if want := fmt.Sprintf(" note=%q\n", pid); !strings.Contains(m.Status("a/.lock"), want) {
+			t.Errorf("after a %d-byte note through another descriptor, status lacks%s%s", first, want, m.Status("a/.lock"))
 		}
-		q.kill()
-		p.kill()
-		testutil.Eventually(t, "a/.lock to be free", func() bool { return flockNB(t, "-x", m.path("a/.lock")) })
+		q.Kill()
+		p.Kill()
+		testutil.Eventually(t, "a/.lock to be free", func() bool { return fstest.FlockNB(t, "-x", m.Path("a/.lock")) })
 	}
 	// Writes at offsets behave as in a small file: a pwrite past the end
 	// fills the gap with zeros, and the limit is on the end offset.
-	p := startPy(t, 0, 0)
-	p.must("ok", "open f %s", m.path("b/.lock"))
-	p.must("ok", "flock f ex")
-	p.must("wrote 2", `write f "ab"`)
-	p.must("wrote 1", `pwrite f 4 "c"`)
-	if st := m.status("b/.lock"); !strings.Contains(st, ` note="ab\x00\x00c"`) {
+	p := fstest.StartPy(t, 0, 0)
+	p.Must("ok", "open f %s", m.Path("b/.lock"))
+	p.Must("ok", "flock f ex")
+	p.Must("wrote 2", `write f "ab"`)
+	p.Must("wrote 1", `pwrite f 4 "c"`)
+	if st := m.Status("b/.lock"); !strings.Contains(st, ` note="ab\x00\x00c"`) {
 		t.Errorf("note after a write and a pwrite past its end:\n%s", st)
 	}
-	p.must("err EFBIG", `pwrite f 1024 "d"`)
-	p.must("wrote 1", `pwrite f 1023 "d"`)
+	p.Must("err EFBIG", `pwrite f 1024 "d"`)
+	p.Must("wrote 1", `pwrite f 1023 "d"`)
 }
 
 // TestStatusEscapesNames: a directory name with newlines cannot forge
@@ -58,11 +60,11 @@ func TestControlFileNoteAppend(t *testing.T) {
 func TestStatusEscapesNames(t *testing.T) {
 	m := newCtlMount(t)
 	name := "x\nmode none\nholder host=evil"
-	if err := os.Mkdir(filepath.Join(m.src, name), 0o755); err != nil {
+	if err := os.Mkdir(filepath.Join(m.Src, name), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	flockHold(t, m.path(name+"/.lock"), "-x")
-	st := m.status(name + "/.lock")
+	fstest.FlockHold(t, m.Path(name+"/.lock"), "-x")
+	st := m.Status(name + "/.lock")
 	lines := strings.Split(strings.TrimSuffix(st, "\n"), "\n")
 	if want := "lock " + strconv.Quote(name+"/.lock"); lines[0] != want {
 		t.Errorf("first line %q, want %q", lines[0], want)
@@ -76,8 +78,8 @@ func TestStatusEscapesNames(t *testing.T) {
 		t.Errorf("status lacks the real mode:\n%s", st)
 	}
 	// Control: a plain name is shown as it is.
-	m.mkdir("plain")
-	if st := m.status("plain/.lock"); !strings.HasPrefix(st, "lock plain/.lock\n") {
+	m.Mkdir("plain")
+	if st := m.Status("plain/.lock"); !strings.HasPrefix(st, "lock plain/.lock\n") {
 		t.Errorf("plain name: %q", st)
 	}
 }

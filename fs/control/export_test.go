@@ -2,7 +2,7 @@ package control
 
 import "github.com/lockfs/lockfs/lockmgr"
 
-// Test seams, for the mount tests in package fs.
+// Test seams, for the mount tests of package control_test.
 
 // SetFollowRenames turns off (or on) the following of a renamed directory
 // by a lock request (lock.go, # Renames), so that a test's control can run

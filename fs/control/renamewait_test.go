@@ -1,4 +1,4 @@
-package fs
+package control_test
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 
 	"github.com/lockfs/lockfs/fs/control"
 	"github.com/lockfs/lockfs/internal/testutil"
+
+	"github.com/lockfs/lockfs/fs/internal/fstest"
 )
 
 // renameWaitPy is one process of the rename-during-a-wait workload. As
@@ -69,14 +71,14 @@ print(' '.join('%s=%d' % kv for kv in sorted(counts.items())), flush=True)
 // returns the waiters' outcomes added up and the renamers'.
 func renameWaitCounts(t *testing.T, m *ctlMount, attempts int) (waiters, renamers map[string]int) {
 	t.Helper()
-	m.mkdir("a/b")
+	m.Mkdir("a/b")
 	stop := filepath.Join(t.TempDir(), "stop")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var mu sync.Mutex
 	waiters, renamers = map[string]int{}, map[string]int{}
 	run := func(role, arg string, into map[string]int) error {
-		cmd := exec.CommandContext(ctx, python(t), "-c", renameWaitPy, role, m.dir, arg)
+		cmd := exec.CommandContext(ctx, fstest.Python(t), "-c", renameWaitPy, role, m.Dir, arg)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 		cmd.Stderr = os.Stderr
@@ -169,35 +171,35 @@ func TestRenameDuringWaitNeverEIO(t *testing.T) {
 // a/c, and the new a/b stays free; a waiter whose directory is removed
 // gets ENOENT. The control (followRenames off) took the new a/b's lock.
 func TestRenameDuringWaitFollowsDirectory(t *testing.T) {
-	waitBehindA := func(t *testing.T, m *ctlMount, dir string) (holder, waiter *ctlPy) {
+	waitBehindA := func(t *testing.T, m *ctlMount, dir string) (holder, waiter *fstest.Py) {
 		t.Helper()
-		holder = startPy(t, 0, 0)
-		holder.must("ok", "open h %s", m.path("a/.lock"))
-		holder.must("ok", "flock h ex")
-		waiter = startPy(t, 0, 0)
-		waiter.must("ok", "open w %s", m.path(dir+"/.lock"))
-		waiter.send("flock w sh")
+		holder = fstest.StartPy(t, 0, 0)
+		holder.Must("ok", "open h %s", m.Path("a/.lock"))
+		holder.Must("ok", "flock h ex")
+		waiter = fstest.StartPy(t, 0, 0)
+		waiter.Must("ok", "open w %s", m.Path(dir+"/.lock"))
+		waiter.Send("flock w sh")
 		testutil.Eventually(t, "the waiter to queue behind a/.lock", func() bool {
-			return strings.Contains(m.status("a/.lock"), "\nwaiters 1\n")
+			return strings.Contains(m.Status("a/.lock"), "\nwaiters 1\n")
 		})
 		return holder, waiter
 	}
 	replaced := func(t *testing.T) (newHeld bool) {
 		m := newCtlMount(t)
-		m.mkdir("a/b")
+		m.Mkdir("a/b")
 		holder, waiter := waitBehindA(t, m, "a/b")
-		if err := os.Rename(m.path("a/b"), m.path("a/c")); err != nil {
+		if err := os.Rename(m.Path("a/b"), m.Path("a/c")); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Mkdir(m.path("a/b"), 0o755); err != nil {
+		if err := os.Mkdir(m.Path("a/b"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		holder.must("ok", "close h")
-		if r := waiter.reply(testutil.DefaultWait); r != "ok" {
+		holder.Must("ok", "close h")
+		if r := waiter.Reply(testutil.DefaultWait); r != "ok" {
 			t.Fatalf("waiter after a/.lock was released: %q", r)
 		}
-		newHeld = !flockNB(t, "-x", m.path("a/b/.lock"))
-		if cFree := flockNB(t, "-x", m.path("a/c/.lock")); cFree != newHeld {
+		newHeld = !fstest.FlockNB(t, "-x", m.Path("a/b/.lock"))
+		if cFree := fstest.FlockNB(t, "-x", m.Path("a/c/.lock")); cFree != newHeld {
 			t.Errorf("a/c/.lock free: %v, new a/b/.lock free: %v; want exactly one held", cFree, !newHeld)
 		}
 		return newHeld
@@ -215,16 +217,16 @@ func TestRenameDuringWaitFollowsDirectory(t *testing.T) {
 	})
 	t.Run("removed", func(t *testing.T) {
 		m := newCtlMount(t)
-		m.mkdir("a/d")
+		m.Mkdir("a/d")
 		holder, waiter := waitBehindA(t, m, "a/d")
-		if err := os.Remove(m.path("a/d")); err != nil {
+		if err := os.Remove(m.Path("a/d")); err != nil {
 			t.Fatal(err)
 		}
-		holder.must("ok", "close h")
-		if r := waiter.reply(testutil.DefaultWait); r != "err ENOENT" {
+		holder.Must("ok", "close h")
+		if r := waiter.Reply(testutil.DefaultWait); r != "err ENOENT" {
 			t.Errorf("waiter whose directory was removed: %q, want err ENOENT", r)
 		}
-		if _, err := os.Stat(m.src + "/a/d"); !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(m.Src + "/a/d"); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("SOURCE/a/d after the waiter failed: %v", err)
 		}
 	})
