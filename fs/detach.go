@@ -4,6 +4,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/resolve"
 )
 
 // Handles that keep no descriptor.
@@ -107,18 +109,14 @@ func (h *fileHandle) detach() {
 	if b == nil || h.io != ioPassthrough || h.shared {
 		return
 	}
-	n.mu.Lock()
-	fh, ok := n.fh, n.fhOK
-	n.mu.Unlock()
+	fh, opens, ok := b.handleOf(&n.node, h.of.fd)
 	if !ok {
-		var id int
-		var err error
-		fh, id, err = unix.NameToHandleAt(h.of.fd, "", unix.AT_EMPTY_PATH)
-		if err != nil || id != b.mountID {
-			return // another file system beneath SOURCE: kept
-		}
+		return // another file system beneath SOURCE: kept
+	}
+	if !opens {
 		// Some file systems encode handles they cannot open (overlayfs
-		// without nfs_export): try this one once.
+		// without nfs_export): try this one once (the registration of
+		// the inode as a backing file, backingFd, usually has).
 		fd, err := b.open(fh, unix.O_PATH)
 		if err != nil {
 			return
@@ -132,6 +130,48 @@ func (h *fileHandle) detach() {
 	n.detached++
 	n.mu.Unlock()
 	n.releaseOpen(old)
+}
+
+// handleOf returns n's file handle and whether it is known to open; if n
+// has none that opens yet, the handle of fd, a descriptor of n's inode
+// (name_to_handle_at). ok is false if fd's file is on another file system
+// mounted beneath SOURCE.
+func (b *byHandle) handleOf(n *node, fd int) (fh unix.FileHandle, opens, ok bool) {
+	n.mu.Lock()
+	fh, opens = n.fh, n.fhOK
+	n.mu.Unlock()
+	if opens {
+		return fh, true, true
+	}
+	fh, id, err := unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH)
+	if err != nil || id != b.mountID {
+		return unix.FileHandle{}, false, false
+	}
+	return fh, false, true
+}
+
+// backingFd opens the descriptor that registers h's inode as a backing
+// file (passthrough.go), read-only: by the node's file handle where h may
+// be detached, which also proves once that the handle opens, so that
+// detach need not try it; else, or if that fails, by reopening h's own
+// descriptor through /proc. Either costs one open: the by-handle one saves
+// detach an open and a close.
+func (h *fileHandle) backingFd() (int, error) {
+	const flags = unix.O_RDONLY | unix.O_NONBLOCK
+	n, b := h.n, h.n.fs.byHandle
+	if b != nil && !h.shared {
+		if fh, opens, ok := b.handleOf(&n.node, h.of.fd); ok {
+			if fd, err := b.open(fh, flags); err == nil {
+				if !opens {
+					n.mu.Lock()
+					n.fh, n.fhOK = fh, true
+					n.mu.Unlock()
+				}
+				return fd, nil
+			}
+		}
+	}
+	return resolve.Reopen(h.of.fd, flags)
 }
 
 // releaseDetached ends a detached handle's part in its node.

@@ -119,7 +119,8 @@ var (
 //
 // LOCK ORDERING: moveMu is taken before the others (names.go). nodesMu, treeMu, staleMu, node.mu
 // and releaseMu are leaves: none is held while taking another, except
-// pins.mu → node.mu (pin.go). None is
+// pins.mu → node.mu (pin.go) and pt.mu → node.mu, treeMu (passthrough.go's
+// register). None is
 // held across a syscall that can block for long (each is held at most
 // across a non-blocking fcntl, dup or close), except shmTwin.mu, which is
 // held across a pread or pwrite of a shared-memory file and taken before
@@ -206,7 +207,8 @@ type FS struct {
 	// GUARDED_BY(staleMu)
 	stale map[string]time.Time
 
-	// pt is the FUSE passthrough state (passthrough.go); pt.mu is a leaf.
+	// pt is the FUSE passthrough state (passthrough.go); pt.mu is taken
+	// before node.mu and treeMu only.
 	pt passthrough
 	// pins are the directories whose descriptors are kept (pin.go);
 	// pins.mu is taken before node.mu.

@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -279,12 +280,22 @@ func (f *FS) ServerConfig() *fusefs.Config {
 type opStartKey struct{}
 
 // opName names a request's operation for metrics: "*fuse.LookupRequest"
-// is "lookup".
+// is "lookup". Each type's name is made once (opNames): every request is
+// timed, and formatting the name cost more than the histogram.
 func opName(req fuse.Request) string {
+	t := reflect.TypeOf(req)
+	if name, ok := opNames.Load(t); ok {
+		return name.(string)
+	}
 	name := fmt.Sprintf("%T", req)
 	name = strings.TrimPrefix(name, "*fuse.")
-	return strings.ToLower(strings.TrimSuffix(name, "Request"))
+	name = strings.ToLower(strings.TrimSuffix(name, "Request"))
+	opNames.Store(t, name)
+	return name
 }
+
+// opNames maps the type of a request to its opName.
+var opNames sync.Map // reflect.Type → string
 
 // Serve serves the FUSE connection conn with f until the kernel ends it
 // (unmount), then waits for the requests in flight. A lock wait among them

@@ -275,3 +275,23 @@ func TestLazyCancelCtx(t *testing.T) {
 		stopSub()
 	}
 }
+
+// TestOpName: a request's metrics name is its type's, lower case, without
+// "Request", the same when it comes from opNames the second time.
+func TestOpName(t *testing.T) {
+	for _, tc := range []struct {
+		req  fuse.Request
+		want string
+	}{
+		{&fuse.LookupRequest{}, "lookup"},
+		{&fuse.CreateRequest{}, "create"},
+		{&fuse.GetattrRequest{}, "getattr"},
+		{&fuse.LookupRequest{}, "lookup"},
+	} {
+		for range 2 {
+			if got := opName(tc.req); got != tc.want {
+				t.Errorf("opName(%T) = %q, want %q", tc.req, got, tc.want)
+			}
+		}
+	}
+}

@@ -8,8 +8,6 @@ import (
 	"bazil.org/fuse"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
-
-	"github.com/lockfs/lockfs/internal/resolve"
 )
 
 // FUSE passthrough (docs/DATA-PATH.md). Where the kernel offers it and the
@@ -173,7 +171,7 @@ func (f *FS) openPassthrough(h *fileHandle, st *inodeStat, resp *fuse.OpenRespon
 		return
 	}
 	if io.pt == 0 && io.cached == 0 {
-		io.id = p.register(n, h.of.fd)
+		io.id = p.register(h)
 	}
 	if io.id == 0 || io.cached > 0 {
 		// An ordinary open; so are the inode's next, until all end.
@@ -187,11 +185,12 @@ func (f *FS) openPassthrough(h *fileHandle, st *inodeStat, resp *fuse.OpenRespon
 	resp.BackingID = io.id
 }
 
-// register registers a descriptor of the file behind fd as a backing file
-// and returns its id; 0 if it cannot be (logged once per errno; EPERM
+// register registers a descriptor of h's inode (backingFd's) as a backing
+// file and returns its id; 0 if it cannot be (logged once per errno; EPERM
 // turns passthrough off for the mount). GUARDED_BY(p.mu)
-func (p *passthrough) register(n *File, fd int) int32 {
-	rfd, err := resolve.Reopen(fd, unix.O_RDONLY|unix.O_NONBLOCK)
+func (p *passthrough) register(h *fileHandle) int32 {
+	n := h.n
+	rfd, err := h.backingFd()
 	if err != nil {
 		p.warn(n, "reopen", err)
 		return 0
