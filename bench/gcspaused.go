@@ -5,35 +5,17 @@ package bench
 // lock-delay.
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
-)
 
-// stamper appends "TAG <CLOCK_MONOTONIC seconds>" to FILE every 10 ms
-// for SECONDS (argv: TAG FILE SECONDS).
-const stamper = `
-import os, sys, time
-tag, out, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
-fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-def stamp():
-    os.write(fd, ("%s %.6f\n" % (tag, time.monotonic())).encode())
-stamp()
-end = time.monotonic() + secs
-while time.monotonic() < end:
-    time.sleep(0.01)
-    stamp()
-stamp()
-`
+	"github.com/lockfs/lockfs/internal/stamp"
+)
 
 // pausedOverlap measures paused_daemon_overlap_s and its reference.
 func (g *gcsRun) pausedOverlap(ctx context.Context) error {
@@ -96,7 +78,7 @@ func (g *gcsRun) pausedOnce(ctx context.Context, delay string) (time.Duration, e
 	}
 	stamps := filepath.Join(dir, "stamps")
 	ha, err := startBackground(fmt.Sprintf("paused-holder-a%d", g.seq), r.logDir, "flock", "-x", filepath.Join(a.dir, "f", ".lock"),
-		"python3", "-c", stamper, "A", stamps, "1000")
+		"python3", "-c", stamp.Program, "A", stamps, "1000")
 	if err != nil {
 		return 0, err
 	}
@@ -113,7 +95,7 @@ func (g *gcsRun) pausedOnce(ctx context.Context, delay string) (time.Duration, e
 	}
 	time.Sleep(g.refreshInterval * 3 / 2) // across a heartbeat
 	hb, err := startBackground(fmt.Sprintf("paused-holder-b%d", g.seq), r.logDir, "flock", "-x", filepath.Join(b.dir, "f", ".lock"),
-		"python3", "-c", stamper, "B", stamps, "0.5")
+		"python3", "-c", stamp.Program, "B", stamps, "0.5")
 	if err != nil {
 		return 0, err
 	}
@@ -136,37 +118,14 @@ func (g *gcsRun) pausedOnce(ctx context.Context, delay string) (time.Duration, e
 	case <-time.After(10 * time.Second):
 		return 0, errors.New("A's holder was not stopped within 10 s of its daemon's resumption")
 	}
-	first, last, err := stampSpan(stamps)
+	spans, err := stamp.Spans(stamps)
 	if err != nil {
 		return 0, err
 	}
-	overlap := last["A"] - first["B"]
-	if _, ok := first["B"]; !ok {
+	overlap := spans["A"][1] - spans["B"][0]
+	if _, ok := spans["B"]; !ok {
 		return 0, errors.New("no stamp of B's holder")
 	}
 	r.logf("paused daemon (lock-delay %q): A's holder's last stamp %.3fs after B's first", delay, overlap)
 	return time.Duration(max(overlap, 0) * float64(time.Second)), nil
-}
-
-// stampSpan reads a stamper file: each tag's first and last stamp.
-func stampSpan(file string) (first, last map[string]float64, err error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer f.Close()
-	first, last = map[string]float64{}, map[string]float64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		tag, v, _ := strings.Cut(sc.Text(), " ")
-		x, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return nil, nil, fmt.Errorf("stamp line %q", sc.Text())
-		}
-		if _, ok := first[tag]; !ok {
-			first[tag] = x
-		}
-		last[tag] = x
-	}
-	return first, last, sc.Err()
 }

@@ -5,62 +5,14 @@ package integration
 // and python3.
 
 import (
-	"bufio"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/lockfs/lockfs/internal/stamp"
 	"golang.org/x/sys/unix"
 )
-
-// stamper appends "TAG <CLOCK_MONOTONIC seconds>" to FILE every 10 ms for
-// SECONDS (argv: TAG FILE SECONDS), after printing "held". Holders of
-// different hosts run it under flock, so that their intervals in the lock
-// are written from one clock.
-const stamper = `
-import os, sys, time
-tag, out, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
-fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-def stamp():
-    os.write(fd, ("%s %.6f\n" % (tag, time.monotonic())).encode())
-stamp()
-print("held", flush=True)
-end = time.monotonic() + secs
-while time.monotonic() < end:
-    time.sleep(0.01)
-    stamp()
-stamp()
-`
-
-// intervals reads a stamper file: each tag's first and last stamp.
-func intervals(t *testing.T, file string) map[string][2]float64 {
-	t.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	out := map[string][2]float64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		tag, v, ok := strings.Cut(sc.Text(), " ")
-		x, err := strconv.ParseFloat(v, 64)
-		if !ok || err != nil {
-			t.Fatalf("stamp line %q", sc.Text())
-		}
-		iv, seen := out[tag]
-		if !seen {
-			iv[0] = x
-		}
-		iv[1] = x
-		out[tag] = iv
-	}
-	return out
-}
 
 // pausedOverlap runs the paused-daemon scenario once: A's holder works
 // under `flock -x a/.lock` (stamping), B's holder waits on host B, A's
@@ -72,10 +24,10 @@ func pausedOverlap(t *testing.T, lockDelay string) (overlap, entered time.Durati
 	require(t, "python3")
 	_, a, b := twoHosts(t, gcsHost{id: "host-a", lockDelay: lockDelay}, gcsHost{id: "host-b"})
 	stamps := filepath.Join(t.TempDir(), "stamps")
-	ha := start(t, "flock", "-x", a.path("a/.lock"), "python3", "-c", stamper, "A", stamps, "1000")
+	ha := start(t, "flock", "-x", a.path("a/.lock"), "python3", "-c", stamp.Program, "A", stamps, "1000")
 	ha.waitLine("held", 15*time.Second)
 	time.Sleep(1200 * time.Millisecond) // across a heartbeat
-	hb := start(t, "flock", "-x", b.path("a/.lock"), "python3", "-c", stamper, "B", stamps, "0.5")
+	hb := start(t, "flock", "-x", b.path("a/.lock"), "python3", "-c", stamp.Program, "B", stamps, "0.5")
 	if line, ok := hb.nextLine(500 * time.Millisecond); ok {
 		t.Fatalf("B's holder printed %q while A's holds the lock", line)
 	}
@@ -100,7 +52,10 @@ func pausedOverlap(t *testing.T, lockDelay string) (overlap, entered time.Durati
 	if _, ok := ha.wait(10 * time.Second); !ok {
 		t.Fatal("A's holder was not stopped (--on-lease-loss SIGTERM) within 10 s of its daemon's resumption")
 	}
-	iv := intervals(t, stamps)
+	iv, err := stamp.Spans(stamps)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ia, ib := iv["A"], iv["B"]
 	if ib == [2]float64{} {
 		t.Fatalf("no stamp of B's holder: %v", iv)
