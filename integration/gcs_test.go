@@ -711,7 +711,7 @@ func waitPrefix(t *testing.T, p *proc, prefix string, timeout time.Duration) str
 		case line, ok := <-p.lines:
 			if !ok {
 				<-p.done
-				t.Fatalf("%q exited (%v) before printing %q...; stderr %q", p.cmd.Args, p.err, prefix, p.stderr.String())
+				t.Fatalf("%q exited (%v) before printing %q...; stderr %q", p.cmd.Args, p.c.Err, prefix, p.stderr.String())
 			}
 			if strings.HasPrefix(line, prefix) {
 				return line

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -431,15 +430,16 @@ func sh(t *testing.T, timeout time.Duration, script string) result {
 	return run(t, timeout, "sh", "-c", script)
 }
 
-// proc is a background process started by a test.
+// proc is a background process started by a test: a testutil.Child, with
+// its stderr kept for the test's messages.
 type proc struct {
 	t      *testing.T
+	c      *testutil.Child
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	lines  chan string // stdout, line by line; closed at EOF
+	lines  <-chan string // stdout, line by line; closed at EOF
 	stderr *syncBuffer
-	done   chan struct{} // closed when the process has been reaped
-	err    error         // Wait's result, after done
+	done   <-chan struct{} // closed when the process has been reaped
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent use.
@@ -462,40 +462,15 @@ func (s *syncBuffer) String() string {
 
 // start starts a background process (a holder) in its own session, and so
 // its own process group: no signal meant for it or its group reaches the
-// test runner. Cleanup kills the group and reaps it.
+// test runner. Cleanup kills the group and reaps it (testutil.StartChild).
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{t: t, cmd: cmd, stdin: in, lines: make(chan string, 64), stderr: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stdoutDone := make(chan struct{})
-	go func() {
-		defer close(stdoutDone)
-		defer close(p.lines)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-	}()
-	go func() {
-		<-stdoutDone
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() { p.kill() })
-	return p
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	c := testutil.StartChild(t, cmd)
+	return &proc{t: t, c: c, cmd: cmd, stdin: c.Stdin, lines: c.Lines, stderr: stderr, done: c.Done}
 }
 
 // waitLine waits for a line of stdout equal to want.
@@ -507,7 +482,7 @@ func (p *proc) waitLine(want string, timeout time.Duration) {
 		case line, ok := <-p.lines:
 			if !ok {
 				<-p.done
-				p.t.Fatalf("%q exited (%v) before printing %q; stderr %q", p.cmd.Args, p.err, want, p.stderr.String())
+				p.t.Fatalf("%q exited (%v) before printing %q; stderr %q", p.cmd.Args, p.c.Err, want, p.stderr.String())
 			}
 			if line == want {
 				return
@@ -528,14 +503,14 @@ func (p *proc) nextLine(timeout time.Duration) (string, bool) {
 	}
 }
 
-// kill SIGKILLs the process group and waits for the process to be reaped.
+// kill SIGKILLs the process group and waits for the process to be reaped
+// (testutil.Child.Kill); one not reaped is named with its state.
 func (p *proc) kill() {
-	p.stdin.Close()
-	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	p.c.Kill()
 	select {
 	case <-p.done:
-	case <-time.After(30 * time.Second):
-		p.t.Errorf("%q not reaped 30s after SIGKILL (stuck in state %c?)", p.cmd.Args, procState(p.cmd.Process.Pid))
+	default:
+		p.t.Errorf("%q not reaped after SIGKILL (stuck in state %c?)", p.cmd.Args, procState(p.cmd.Process.Pid))
 	}
 }
 

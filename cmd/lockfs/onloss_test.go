@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
@@ -28,21 +28,15 @@ func quietLogger() *logrus.Logger {
 // startCaller starts a script in a process group of its own that runs a
 // holder: a child shell with FILE open on descriptor 8 and a sleep of its
 // own, like `flock dir/.lock cmd` in a script. When the holder ends, the
-// script prints "survived" and lives on. It returns the script, its
-// stdout, and the holder's pid once the holder's child runs.
-func startCaller(t *testing.T, file string) (*exec.Cmd, *bufio.Reader, int) {
+// script prints "survived" and lives on. It returns the script, as a
+// testutil.Child whose cleanup kills the group, and the holder's pid once
+// the holder's child runs.
+func startCaller(t *testing.T, file string) (*testutil.Child, int) {
 	t.Helper()
 	cmd := exec.Command("sh", "-c", `sh -c 'exec 8<"$FILE"; sleep 100 & wait'; echo survived; exec sleep 100`)
 	cmd.Env = append(os.Environ(), "FILE="+file)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+	caller := testutil.StartChild(t, cmd)
 	var holder int
 	testutil.Eventually(t, "the holder and its child run", func() bool {
 		kids := procinfo.Children("", cmd.Process.Pid)
@@ -53,7 +47,7 @@ func startCaller(t *testing.T, file string) (*exec.Cmd, *bufio.Reader, int) {
 		ok, _ := procinfo.HasOpen("", holder, file)
 		return ok && len(procinfo.Children("", holder)) == 1
 	})
-	return cmd, bufio.NewReader(out), holder
+	return caller, holder
 }
 
 // TestLossHandlerSignalsHolderAndDescendants: the holder and its child get
@@ -65,8 +59,8 @@ func TestLossHandlerSignalsHolderAndDescendants(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	caller, out, holder := startCaller(t, file)
-	if g1, _ := unix.Getpgid(caller.Process.Pid); g1 != caller.Process.Pid {
+	caller, holder := startCaller(t, file)
+	if g1, _ := unix.Getpgid(caller.Cmd.Process.Pid); g1 != caller.Cmd.Process.Pid {
 		t.Fatalf("the script is not its group's leader")
 	} else if g2, _ := unix.Getpgid(holder); g2 != g1 {
 		t.Fatalf("the holder is not in the script's process group (%d, %d): no control", g2, g1)
@@ -83,13 +77,12 @@ func TestLossHandlerSignalsHolderAndDescendants(t *testing.T) {
 	// nobody; nor does --on-lease-loss none. Had either signalled the
 	// script, it would not print "survived" below: kill(2) has made the
 	// signal pending by the time it returns.
-	lossHandler(syscall.SIGTERM, at, quietLogger())(hold(caller.Process.Pid))
+	lossHandler(syscall.SIGTERM, at, quietLogger())(hold(caller.Cmd.Process.Pid))
 	lossHandler(0, at, quietLogger())(hold(holder))
 
 	lossHandler(syscall.SIGUSR1, at, quietLogger())(hold(holder))
-	line, err := out.ReadString('\n')
-	if err != nil || line != "survived\n" {
-		t.Fatalf("the script after its holder was signalled: %q, %v; want \"survived\"", line, err)
+	if line := caller.Line(time.Minute); line != "survived" {
+		t.Fatalf("the script after its holder was signalled: %q; want \"survived\"", line)
 	}
 	testutil.Eventually(t, "the holder's child is gone", func() bool { return syscall.Kill(sleeper, 0) == syscall.ESRCH || procStateZ(sleeper) })
 }
