@@ -95,11 +95,44 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 	if !ok {
 		return syscall.EXDEV
 	}
+	if err := d.checkRename(req, nd); err != nil {
+		return err
+	}
+	op := &renameOp{
+		d: d, nd: nd, oldName: req.OldName, newName: req.NewName,
+		flags: req.Flags, exchange: req.Flags&fuse.RenameExchange != 0,
+		uid: req.Header.Uid, tid: int(req.Header.Pid),
+	}
+	err := d.at(func(oldFd int, oldDirSt *inodeStat) error {
+		return nd.at(func(newFd int, newDirSt *inodeStat) error {
+			return op.rename(oldFd, newFd, oldDirSt, newDirSt)
+		})
+	})
+	if err == nil {
+		d.fs.renamed(d, op.oldName, nd, op.newName, &op.st, &op.tst, op.replaced, op.exchange)
+	}
+	if op.moving {
+		d.fs.moveMu.Unlock()
+	}
+	if op.gaveUp {
+		if err == nil {
+			// At its new name (an exchange moves it there too), it is
+			// adopted if the new parent's new-dir lock is the creator's.
+			nd.adoptNewDir(ctx, op.newName, op.tid)
+		} else {
+			d.fs.readopt(d.relPath(), op.oldName, op.tid)
+		}
+	}
+	return op.answer(err)
+}
+
+// checkRename refuses the flags, and the names, that no rename through the
+// mount may have.
+func (d *Dir) checkRename(req *fuse.RenameRequest, nd *Dir) error {
 	flags := req.Flags
 	if flags&^(fuse.RenameNoReplace|fuse.RenameExchange) != 0 || flags == fuse.RenameNoReplace|fuse.RenameExchange {
 		return syscall.EINVAL
 	}
-	exchange := flags&fuse.RenameExchange != 0
 	oldName, newName := req.OldName, req.NewName
 	if d.fs.isReserved(oldName) || d.fs.isReserved(newName) {
 		return d.fs.refuse("rename", d.childPath(oldName)+" -> "+nd.childPath(newName), syscall.EPERM, "reserved name")
@@ -107,99 +140,104 @@ func (d *Dir) Rename(ctx context.Context, req *fuse.RenameRequest, newDir fusefs
 	if err := checkName(oldName); err != nil {
 		return err
 	}
-	if err := checkName(newName); err != nil {
+	return checkName(newName)
+}
+
+// renameOp is one rename through the mount: oldName of d to newName of
+// nd, as Rename carries it out.
+type renameOp struct {
+	d, nd            *Dir
+	oldName, newName string
+	flags            fuse.RenameFlags
+	exchange         bool   // RENAME_EXCHANGE
+	uid              uint32 // the requester, for the sticky rule
+	tid              int    // the requesting thread, for the adopted lock
+
+	// What rename found and did.
+	st, tst  inodeStat // the moved inode, and what newName held
+	replaced bool      // newName held tst
+	gaveUp   bool      // the moved directory's adopted lock was given up (rmdir.go)
+	moving   bool      // a directory moves: moveMu is held for writing
+}
+
+// rename renames in SOURCE, from the directory oldFd (oldDirSt) to newFd
+// (newDirSt), holding off the locks of a directory that moves (guardTree)
+// until it is done.
+func (op *renameOp) rename(oldFd, newFd int, oldDirSt, newDirSt *inodeStat) error {
+	d, nd, f := op.d, op.nd, op.d.fs
+	oldName, newName := op.oldName, op.newName
+	if err := lstatAt(oldFd, oldName, &op.st); err != nil {
 		return err
 	}
-	var st, tst inodeStat
-	replaced := false
-	tid := int(req.Header.Pid)
-	gaveUp := false // the moved directory's adopted lock was given up (rmdir.go)
-	moving := false // a directory moves: moveMu is held for writing
-	err := d.at(func(oldFd int, oldDirSt *inodeStat) error {
-		return nd.at(func(newFd int, newDirSt *inodeStat) error {
-			if err := lstatAt(oldFd, oldName, &st); err != nil {
-				return err
-			}
-			if !stickyAllows(oldDirSt, &st, req.Header.Uid) {
-				return errSticky
-			}
-			switch err := lstatAt(newFd, newName, &tst); err {
-			case nil:
-				replaced = true
-				if !stickyAllows(newDirSt, &tst, req.Header.Uid) {
-					return errSticky
-				}
-			case unix.ENOENT:
-			default:
-				return err
-			}
-			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				// A directory made under an exclusive new-dir lock may
-				// be renamed by its creator (mkdir tmp.x, fill it, mv
-				// it into place): its adopted lock is given up for the
-				// move and taken again at the new name.
-				gaveUp = d.fs.giveUpAdopted(d.relPath(), oldName, tid)
-				d.fs.moveMu.Lock()
-				moving = true
-				release, err := d.fs.guardTree(joinRel(d.relPath(), oldName))
-				if err != nil {
-					return err
-				}
-				defer release()
-			}
-			if exchange && replaced && tst.Mode&unix.S_IFMT == unix.S_IFDIR {
-				// The target directory moves too.
-				if !moving {
-					d.fs.moveMu.Lock()
-					moving = true
-				}
-				release, err := d.fs.guardTree(joinRel(nd.relPath(), newName))
-				if err != nil {
-					return err
-				}
-				defer release()
-			}
-			if flags != 0 {
-				return unix.Renameat2(oldFd, oldName, newFd, newName, uint(flags))
-			}
-			err := unix.Renameat(oldFd, oldName, newFd, newName)
-			if !replaced || tst.Mode&unix.S_IFMT != unix.S_IFDIR || (err != unix.ENOTEMPTY && err != unix.EEXIST) {
-				return err
-			}
-			// A target directory perhaps empty but for the hidden
-			// backing files (rmdir.go).
-			if err := d.fs.removeBackingFiles(newFd, nd.relPath(), newName, &tst, tid); err != nil {
-				return err
-			}
-			return unix.Renameat(oldFd, oldName, newFd, newName)
-		})
-	})
-	if err == nil {
-		d.fs.renamed(d, oldName, nd, newName, &st, &tst, replaced, exchange)
+	if !stickyAllows(oldDirSt, &op.st, op.uid) {
+		return errSticky
 	}
-	if moving {
-		d.fs.moveMu.Unlock()
-	}
-	if gaveUp {
-		if err == nil {
-			// At its new name (an exchange moves it there too), it is
-			// adopted if the new parent's new-dir lock is the creator's.
-			nd.adoptNewDir(ctx, newName, tid)
-		} else {
-			d.fs.readopt(d.relPath(), oldName, tid)
+	switch err := lstatAt(newFd, newName, &op.tst); err {
+	case nil:
+		op.replaced = true
+		if !stickyAllows(newDirSt, &op.tst, op.uid) {
+			return errSticky
 		}
+	case unix.ENOENT:
+	default:
+		return err
 	}
+	if op.st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		// A directory made under an exclusive new-dir lock may
+		// be renamed by its creator (mkdir tmp.x, fill it, mv
+		// it into place): its adopted lock is given up for the
+		// move and taken again at the new name.
+		op.gaveUp = f.giveUpAdopted(d.relPath(), oldName, op.tid)
+		f.moveMu.Lock()
+		op.moving = true
+		release, err := f.guardTree(joinRel(d.relPath(), oldName))
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
+	if op.exchange && op.replaced && op.tst.Mode&unix.S_IFMT == unix.S_IFDIR {
+		// The target directory moves too.
+		if !op.moving {
+			f.moveMu.Lock()
+			op.moving = true
+		}
+		release, err := f.guardTree(joinRel(nd.relPath(), newName))
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
+	if op.flags != 0 {
+		return unix.Renameat2(oldFd, oldName, newFd, newName, uint(op.flags))
+	}
+	err := unix.Renameat(oldFd, oldName, newFd, newName)
+	if !op.replaced || op.tst.Mode&unix.S_IFMT != unix.S_IFDIR || (err != unix.ENOTEMPTY && err != unix.EEXIST) {
+		return err
+	}
+	// A target directory perhaps empty but for the hidden
+	// backing files (rmdir.go).
+	if err := f.removeBackingFiles(newFd, nd.relPath(), newName, &op.tst, op.tid); err != nil {
+		return err
+	}
+	return unix.Renameat(oldFd, oldName, newFd, newName)
+}
+
+// answer returns the errno of a rename that failed with err, logged as
+// its kind deserves (nil for nil).
+func (op *renameOp) answer(err error) error {
+	d, nd, f := op.d, op.nd, op.d.fs
 	if err == errSticky {
-		return d.fs.refuse("rename", d.childPath(oldName), syscall.EPERM, "sticky directory")
+		return f.refuse("rename", d.childPath(op.oldName), syscall.EPERM, "sticky directory")
 	}
 	if errors.Is(err, lockmgr.ErrBusy) {
-		return d.fs.refuse("rename", d.childPath(oldName)+" -> "+nd.childPath(newName), syscall.EBUSY, err.Error())
+		return f.refuse("rename", d.childPath(op.oldName)+" -> "+nd.childPath(op.newName), syscall.EBUSY, err.Error())
 	}
 	if errno, why, ok := backingRefusal(err); ok {
-		return d.fs.refuse("rename", d.childPath(oldName)+" -> "+nd.childPath(newName), errno, "target: "+why)
+		return f.refuse("rename", d.childPath(op.oldName)+" -> "+nd.childPath(op.newName), errno, "target: "+why)
 	}
 	if err != nil {
-		return d.fs.fail("rename", d.childPath(oldName), err)
+		return f.fail("rename", d.childPath(op.oldName), err)
 	}
 	return nil
 }
@@ -228,27 +266,6 @@ func (f *FS) renamed(d *Dir, oldName string, nd *Dir, newName string, st, tst *i
 			gone.base().dropLinkLocked(nd, newName)
 		}
 	}
-}
-
-// WhereNow returns d's path now, in the engine's form, for a lock request
-// that may have waited while d moved (control/lock.go, # Renames). If checkFound,
-// found reports whether SOURCE has d's inode at that path. It waits for a
-// rename of a directory through the mount that is under way (moveMu), so
-// that it sees d either where it was before or where it is after.
-func (d *Dir) WhereNow(checkFound bool) (path string, found bool) {
-	d.fs.moveMu.RLock()
-	defer d.fs.moveMu.RUnlock()
-	rel := d.relPath()
-	if !checkFound || d == d.fs.root {
-		return cleanDirPath(rel), true
-	}
-	fd, err := openBeneath(d.fs.rootFd, rel, unix.O_PATH|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return cleanDirPath(rel), false
-	}
-	defer closeFd(fd)
-	var st inodeStat
-	return cleanDirPath(rel), fstat(fd, &st) == nil && keyOf(&st) == d.key
 }
 
 // guardTree keeps the locks at the directory rel and below it from being

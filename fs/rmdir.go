@@ -77,22 +77,9 @@ func (f *FS) removeBackingFiles(dirFd int, parent, name string, st *inodeStat, t
 		return err
 	}
 	defer closeFd(fd)
-	var dst inodeStat
-	if err := fstat(fd, &dst); err != nil {
-		return err
-	}
-	if keyOf(&dst) != keyOf(st) {
-		// Replaced since the rmdir looked: leave the newcomer alone.
-		return unix.ENOTEMPTY
-	}
-	names, err := readNames(fd)
+	names, err := f.backingNamesOnly(fd, st)
 	if err != nil {
 		return err
-	}
-	for _, n := range names {
-		if !f.isBacking(n) {
-			return unix.ENOTEMPTY
-		}
 	}
 
 	// The caller's own adopted lock is not in the way (see above). The
@@ -111,35 +98,78 @@ func (f *FS) removeBackingFiles(dirFd int, parent, name string, st *inodeStat, t
 	}
 	// Lock every backing file first, so that a busy one leaves all of
 	// them in place.
-	type held struct {
-		name string
-		fd   int
-		key  inodeKey
-	}
-	var locked []held
+	locked, err := lockBackingFiles(fd, names)
 	defer func() {
 		for _, h := range locked {
 			closeFd(h.fd) // releases the flock, after the unlink
 		}
 	}()
+	if err != nil {
+		return err
+	}
+	return unlinkHeld(fd, locked)
+}
+
+// backingNamesOnly returns the names in the directory fd, which must still
+// be the inode st, if they are all backing files; ENOTEMPTY if one is not,
+// or if the directory was replaced since the rmdir looked.
+func (f *FS) backingNamesOnly(fd int, st *inodeStat) ([]string, error) {
+	var dst inodeStat
+	if err := fstat(fd, &dst); err != nil {
+		return nil, err
+	}
+	if keyOf(&dst) != keyOf(st) {
+		// Replaced since the rmdir looked: leave the newcomer alone.
+		return nil, unix.ENOTEMPTY
+	}
+	names, err := readNames(fd)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if !f.isBacking(n) {
+			return nil, unix.ENOTEMPTY
+		}
+	}
+	return names, nil
+}
+
+// heldBacking is a backing file opened and flocked for its removal.
+type heldBacking struct {
+	name string
+	fd   int
+	key  inodeKey
+}
+
+// lockBackingFiles opens and flocks (LOCK_EX|LOCK_NB) each of names in the
+// directory fd; errLockHeld if one is held. It returns what it opened
+// even when it fails: the caller closes every descriptor, which releases
+// its flock.
+func lockBackingFiles(fd int, names []string) ([]heldBacking, error) {
+	var locked []heldBacking
 	for _, n := range names {
 		bfd, key, err := openLockFile(fd, n)
 		if err == unix.ENOENT {
 			continue // gone meanwhile
 		}
 		if err != nil {
-			return err
+			return locked, err
 		}
-		locked = append(locked, held{name: n, fd: bfd, key: key})
+		locked = append(locked, heldBacking{name: n, fd: bfd, key: key})
 		err = ignoringEINTR(func() error { return unix.Flock(bfd, unix.LOCK_EX|unix.LOCK_NB) })
 		if err == unix.EWOULDBLOCK {
-			return errLockHeld
+			return locked, errLockHeld
 		}
 		if err != nil {
-			return err
+			return locked, err
 		}
 	}
-	// Unlink each name only while it still names the file we hold.
+	return locked, nil
+}
+
+// unlinkHeld unlinks the locked backing files from the directory fd, none
+// unless each name still names the file held.
+func unlinkHeld(fd int, locked []heldBacking) error {
 	for _, h := range locked {
 		var nst inodeStat
 		if err := lstatAt(fd, h.name, &nst); err != nil {

@@ -7,8 +7,10 @@
 //
 // The files:
 //
-//   - control.go: the nodes and handles (Files, one per mount), their
-//     attributes, the note a descriptor writes;
+//   - files.go: the control files of one mount (Files), what they need
+//     of it (Config) and of each directory (Dir), their inode numbers;
+//   - control.go: the nodes and handles, their attributes, the note a
+//     descriptor writes;
 //   - lock.go: lock, unlock, F_GETLK, and the releases at Flush and
 //     Release, with the owners (flock: the open file description; POSIX
 //     and OFD: the kernel's lock owner) and a request that follows its

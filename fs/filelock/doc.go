@@ -8,6 +8,8 @@
 //
 // The files:
 //
+//   - file.go: what a request needs of its file (File, Inode) and the
+//     lock state a file keeps (Handle);
 //   - filelock.go: the model (see its first comment), the Table of one
 //     mount, the carriers of byte-range lock owners, lock, wait, unlock;
 //   - deadlock.go: the wait-for graph of byte-range waits, and EDEADLK
