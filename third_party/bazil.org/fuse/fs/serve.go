@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -377,6 +378,21 @@ type NodePoller interface {
 // HandleLocker contains the common operations for all kinds of file
 // locks. See also lock family specific interfaces: HandleFlockLocker,
 // HandlePOSIXLocker.
+// HandleLockWaitDeferrer is a HandleLocker whose lock waits answer later,
+// without a goroutine waiting for each (a change of the fork,
+// PATCHES.md). The server calls LockWaitDeferred instead of LockWait and
+// goes on serving other requests as soon as it returns. The handler calls
+// answer exactly once, from any goroutine, at any time: with nil when the
+// lock is granted, or with the error to reply (context.Canceled after
+// ctx was cancelled by an interrupt replies EINTR, as from LockWait).
+// Until then the request stays in flight: an interrupt for it cancels
+// ctx, its message is kept, Serve does not return, and Config.Finish is
+// called (on answer's goroutine) only after the reply.
+type HandleLockWaitDeferrer interface {
+	HandleLocker
+	LockWaitDeferred(ctx context.Context, req *fuse.LockWaitRequest, answer func(error))
+}
+
 type HandleLocker interface {
 	// Lock tries to acquire a lock on a byte range of the node. If a
 	// conflicting lock is already held, returns syscall.EAGAIN.
@@ -458,9 +474,10 @@ type Config struct {
 	WithContext func(ctx context.Context, req fuse.Request) context.Context
 
 	// Finish, if set, is called once for every request that WithContext
-	// was called for, on the goroutine that served it, after its response
-	// was written (or it was dropped), with the context WithContext
-	// returned, before that context is cancelled. It replaces a
+	// was called for, on the goroutine that served it (for a lock wait
+	// answered later, HandleLockWaitDeferrer: the goroutine that called
+	// answer), after its response was written (or it was dropped), with
+	// the context WithContext returned, before that context is cancelled. It replaces a
 	// context.AfterFunc on the request's context, which would start a
 	// goroutine per request. (A change of the fork: PATCHES.md.)
 	//
@@ -1085,13 +1102,24 @@ func (m *logDuplicateRequestID) String() string {
 
 func (c *Server) serve(r fuse.Request) {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	// deferred: the handler answers later (serveDeferred), which then
+	// calls finish and cancel itself.
+	var deferred bool
+	defer func() {
+		if !deferred {
+			cancel()
+		}
+	}()
 	parentCtx := ctx
 	if c.context != nil {
 		ctx = c.context(ctx, r)
 	}
 	if c.finish != nil {
-		defer c.finish(ctx, r) // after the response, before cancel
+		defer func() {
+			if !deferred {
+				c.finish(ctx, r) // after the response, before cancel
+			}
+		}()
 	}
 
 	req := &serveRequest{Request: r, cancel: cancel}
@@ -1167,6 +1195,14 @@ func (c *Server) serve(r fuse.Request) {
 		c.meta.Unlock()
 	}
 
+	if lw, ok := r.(*fuse.LockWaitRequest); ok {
+		if h := c.lockWaitDeferrer(lw); h != nil {
+			deferred = true
+			c.serveDeferred(ctx, parentCtx, cancel, h, lw, done)
+			return
+		}
+	}
+
 	var responded bool
 	defer func() {
 		if rec := recover(); rec != nil {
@@ -1194,31 +1230,95 @@ func (c *Server) serve(r fuse.Request) {
 	}()
 
 	if err := c.handleRequest(ctx, node, snode, r, done); err != nil {
-		if err == context.Canceled {
-			select {
-			case <-parentCtx.Done():
-				// We canceled the parent context because of an
-				// incoming interrupt request, so return EINTR
-				// to trigger the right behavior in the client app.
-				//
-				// Only do this when it's the parent context that was
-				// canceled, not a context controlled by the program
-				// using this library, so we don't return EINTR too
-				// eagerly -- it might cause busy loops.
-				//
-				// Decent write-up on role of EINTR:
-				// http://250bpm.com/blog:12
-				err = syscall.EINTR
-			default:
-				// nothing
-			}
-		}
+		err = interruptedErr(parentCtx, err)
 		done(err)
 		r.RespondError(err)
 	}
 
 	// disarm runtime.Goexit protection
 	responded = true
+}
+
+// interruptedErr is the error to reply for a handler's err: EINTR for
+// context.Canceled when the server cancelled the request's context
+// (parentCtx) because of an interrupt.
+func interruptedErr(parentCtx context.Context, err error) error {
+	if err == context.Canceled {
+		select {
+		case <-parentCtx.Done():
+			// We canceled the parent context because of an
+			// incoming interrupt request, so return EINTR
+			// to trigger the right behavior in the client app.
+			//
+			// Only do this when it's the parent context that was
+			// canceled, not a context controlled by the program
+			// using this library, so we don't return EINTR too
+			// eagerly -- it might cause busy loops.
+			//
+			// Decent write-up on role of EINTR:
+			// http://250bpm.com/blog:12
+			return syscall.EINTR
+		default:
+			// nothing
+		}
+	}
+	return err
+}
+
+// lockWaitDeferrer returns the handle of r if it answers lock waits later
+// (HandleLockWaitDeferrer), else nil.
+func (c *Server) lockWaitDeferrer(r *fuse.LockWaitRequest) HandleLockWaitDeferrer {
+	shandle := c.getHandle(r.Handle)
+	if shandle == nil {
+		return nil
+	}
+	h, _ := shandle.handle.(HandleLockWaitDeferrer)
+	return h
+}
+
+// serveDeferred serves a lock wait whose handler answers later (a change
+// of the fork, PATCHES.md). The request stays registered (an interrupt
+// cancels it) and counted in s.wg (Serve waits for it) until answer; its
+// message is released by the reply, as for any request. answer replies,
+// then calls Finish and cancels the request's context, as serve does
+// for a request answered on its goroutine. A second call of answer, or
+// one after the handler panicked or called runtime.Goexit (replied then,
+// as serve does), does nothing.
+func (c *Server) serveDeferred(ctx, parentCtx context.Context, cancel context.CancelFunc, h HandleLockWaitDeferrer, r *fuse.LockWaitRequest, done func(resp interface{})) {
+	var answered atomic.Bool
+	c.wg.Add(1)
+	answer := func(err error) {
+		if !answered.CompareAndSwap(false, true) {
+			return
+		}
+		defer c.wg.Done()
+		defer cancel()
+		if err != nil {
+			err = interruptedErr(parentCtx, err)
+			done(err)
+			r.RespondError(err)
+		} else {
+			done(nil)
+			r.Respond()
+		}
+		if c.finish != nil {
+			c.finish(ctx, r)
+		}
+	}
+	var returned bool
+	defer func() {
+		if rec := recover(); rec != nil {
+			const size = 1 << 16
+			buf := make([]byte, size)
+			n := runtime.Stack(buf, false)
+			log.Printf("fuse: panic in handler for %v: %v\n%s", r, rec, buf[:n])
+			answer(handlerPanickedError{Request: r, Err: rec})
+		} else if !returned {
+			answer(handlerTerminatedError{Request: r}) // runtime.Goexit
+		}
+	}()
+	h.LockWaitDeferred(ctx, r, answer)
+	returned = true
 }
 
 // handleRequest will either a) call done(s) and r.Respond(s) OR b) return an error.
