@@ -101,19 +101,31 @@ func plan(id LockID, mode Mode) []step {
 // With req.Wait it blocks until granted or ctx ends; a cancelled wait leaves
 // nothing behind and returns ctx.Err(). Errors: ErrWouldBlock, ErrDeadlock,
 // ErrInvalid, ErrLeaseLost, ErrUnavailable, ErrClosed, each wrapped with the
-// lock and mode.
+// lock and mode. AcquireAsync (park.go) is the same without a goroutine
+// per wait.
 func (e *Engine) Acquire(ctx context.Context, req Request) (Grant, error) {
 	if err := req.validate(); err != nil {
-		if e.obs != nil {
-			e.obs.Requested(req, Grant{}, Failed, 0) // a refusal is counted like any other
-		}
-		return Grant{}, fmt.Errorf("acquire %s %s: %w", req.Mode, req.Lock, err)
+		return e.invalid(req, err)
 	}
 	var start time.Time
 	if e.obs != nil {
 		start = time.Now()
 	}
 	g, err := e.acquire(ctx, req)
+	return e.answered(req, start, g, err)
+}
+
+// invalid answers a request that failed validation.
+func (e *Engine) invalid(req Request, err error) (Grant, error) {
+	if e.obs != nil {
+		e.obs.Requested(req, Grant{}, Failed, 0) // a refusal is counted like any other
+	}
+	return Grant{}, fmt.Errorf("acquire %s %s: %w", req.Mode, req.Lock, err)
+}
+
+// answered reports the outcome of a request begun at start to the observer
+// and wraps its error.
+func (e *Engine) answered(req Request, start time.Time, g Grant, err error) (Grant, error) {
 	if e.obs != nil {
 		e.obs.Requested(req, g, outcomeOf(err), time.Since(start))
 	}
@@ -124,28 +136,15 @@ func (e *Engine) Acquire(ctx context.Context, req Request) (Grant, error) {
 }
 
 func (e *Engine) acquire(ctx context.Context, req Request) (Grant, error) {
-	lin, err := e.procs.Lineage(req.TID)
-	if err != nil {
-		// The thread is gone (or /proc is unreadable): no lineage, so no
-		// exemptions. The request itself is still served.
-		e.log.WithError(err).WithField("tid", req.TID).Debug("no lineage for requester")
-		lin = nil
-	}
-	rc := &reqCtx{req: req, lineage: lin}
-
+	rc := e.newReqCtx(req)
 	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return Grant{}, ErrClosed
-	}
-	if err := e.usageRuleLocked(rc); err != nil {
+	ls, h, err := e.admitLocked(rc)
+	if err != nil {
 		e.mu.Unlock()
 		return Grant{}, err
 	}
-	if ls := e.locks[req.Lock]; ls != nil {
-		if h := ls.holds[req.Owner]; h != nil && h.explicit != 0 {
-			return e.convertUnlocksMu(ctx, ls, h, rc) // unlocks mu
-		}
+	if h != nil {
+		return e.convertUnlocksMu(ctx, ls, h, rc)
 	}
 	steps := plan(req.Lock, req.Mode)
 	for i, s := range steps {
@@ -157,6 +156,37 @@ func (e *Engine) acquire(ctx context.Context, req Request) (Grant, error) {
 	}
 	e.mu.Unlock()
 	return e.issueToken(ctx, req)
+}
+
+// newReqCtx reads the requester's lineage (before mu is taken).
+func (e *Engine) newReqCtx(req Request) *reqCtx {
+	lin, err := e.procs.Lineage(req.TID)
+	if err != nil {
+		// The thread is gone (or /proc is unreadable): no lineage, so no
+		// exemptions. The request itself is still served.
+		e.log.WithError(err).WithField("tid", req.TID).Debug("no lineage for requester")
+		lin = nil
+	}
+	return &reqCtx{req: req, lineage: lin}
+}
+
+// admitLocked checks a request before its steps: it is refused (err) if
+// the engine is closed or by the usage rule; h is the owner's explicit
+// hold on the lock, if it has one (on ls): the request is a conversion
+// (convert.go). Otherwise it takes its plan's steps.
+func (e *Engine) admitLocked(rc *reqCtx) (ls *lockState, h *hold, err error) {
+	if e.closed {
+		return nil, nil, ErrClosed
+	}
+	if err := e.usageRuleLocked(rc); err != nil {
+		return nil, nil, err
+	}
+	if ls := e.locks[rc.req.Lock]; ls != nil {
+		if h := ls.holds[rc.req.Owner]; h != nil && h.explicit != 0 {
+			return ls, h, nil
+		}
+	}
+	return nil, nil, nil
 }
 
 // usageRuleLocked enforces SPEC §2.4: a process whose lineage holds a usage

@@ -118,7 +118,9 @@
 // are read before mu is taken, exits arrive from watches, and the scans
 // for a dead holder's heirs drop mu. Snapshot copies the table under mu
 // and asks leases for their descriptions after. Waiters never hold mu while
-// they sleep.
+// they sleep. A request of AcquireAsync that sleeps in a queue holds no
+// goroutine either: it parks, and the wake-up that would have woken its
+// goroutine resumes it on a new one (park.go).
 //
 // A helper's name says what it does with mu:
 //

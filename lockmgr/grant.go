@@ -19,24 +19,54 @@ import (
 // granted locally and the lease covers it, then records the hold. mu is
 // held on entry and on return, and dropped while waiting.
 func (e *Engine) stepDropsMu(ctx context.Context, s step, rc *reqCtx) error {
-	var w *waiter
-	var sw selfWait
-	// out registers the request in the lock's outside set while it waits
-	// for the backend's claim (status).
-	var out outsideWait
-	defer out.leaveLocked()
-	defer func() {
-		if w != nil {
-			e.leaveQueueDropsMu(s.id, w)
+	var sw stepWait
+	defer sw.endDropsMu(e, s)
+	for {
+		if err := e.tryStepDropsMu(ctx, s, rc, &sw); err != errSleep {
+			return err
 		}
-	}()
+		if err := e.sleepDropsMu(ctx, sw.w, &sw.self); err != nil {
+			return err
+		}
+	}
+}
+
+// stepWait is what a step keeps while it waits: its queue entry, its
+// self-wait grace, and its entry in the outside set.
+type stepWait struct {
+	w    *waiter
+	self selfWait
+	// out registers the request in the lock's outside set while it
+	// waits for the backend's claim (status).
+	out outsideWait
+}
+
+// endDropsMu takes the step out of the queue and the outside set once it
+// is granted, has failed or was cancelled.
+func (sw *stepWait) endDropsMu(e *Engine, s step) {
+	if sw.w != nil {
+		e.leaveQueueDropsMu(s.id, sw.w)
+	}
+	sw.out.leaveLocked()
+	*sw = stepWait{}
+}
+
+// errSleep: tryStepDropsMu left the step queued, to be looked at again
+// when sw.w is woken.
+var errSleep = errors.New("lockmgr: the step sleeps")
+
+// tryStepDropsMu takes step s if it can be taken now, or fails it, or
+// queues it (sw.w) and returns errSleep. mu is held on entry and on
+// return; it is dropped only for backend calls (takeDropsMu) and to
+// settle the lease.
+func (e *Engine) tryStepDropsMu(ctx context.Context, s step, rc *reqCtx, sw *stepWait) error {
 	for {
 		if e.closed {
 			return ErrClosed
 		}
 		ls := e.lockLocked(s.id)
-		if e.grantableLocked(ls, s, rc, w) && !e.yieldBlocksLocked(ls, s, rc) {
-			done, err := e.takeDropsMu(ctx, ls, s, rc, &w, &out)
+		if e.grantableLocked(ls, s, rc, sw.w) && !e.yieldBlocksLocked(ls, s, rc) {
+			done, err := e.takeDropsMu(ctx, ls, s, rc, &sw.w, &sw.out)
 			if err != nil || done {
 				return err
 			}
@@ -48,15 +78,15 @@ func (e *Engine) stepDropsMu(ctx context.Context, s step, rc *reqCtx) error {
 			}
 			return ErrWouldBlock
 		}
-		if err := e.refuseCycleLocked(ls, s, rc, w, &sw); err != nil {
+		if err := e.refuseCycleLocked(ls, s, rc, sw.w, &sw.self); err != nil {
 			return err
 		}
 		// It now waits for a hold here, not for the backend: status
 		// must show it once, queued (a later backend wait enters the
 		// outside set again, with the queue entry).
-		out.leaveLocked()
-		if w == nil {
-			w = e.enqueueLocked(ls, s, rc)
+		sw.out.leaveLocked()
+		if sw.w == nil {
+			sw.w = e.enqueueLocked(ls, s, rc)
 		}
 		if ls.lease != nil && e.needsLease(s) {
 			// A hand-on of the lease to this request is foreseeable:
@@ -68,9 +98,7 @@ func (e *Engine) stepDropsMu(ctx context.Context, s step, rc *reqCtx) error {
 		// than the holds need: bring it down while the request waits.
 		// Other hosts may wait for it, and this lock's holders for them.
 		e.settleDropsMu(ls)
-		if err := e.sleepDropsMu(ctx, w, &sw); err != nil {
-			return err
-		}
+		return errSleep
 	}
 }
 

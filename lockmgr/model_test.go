@@ -28,6 +28,7 @@ func TestModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		m := newModelRun(t)
 		defer m.close(rt)
+		m.env.parked = rapid.Bool().Draw(rt, "parked")
 		rt.Repeat(map[string]func(*rapid.T){
 			"acquire": func(rt *rapid.T) { m.acquire(rt, true) },
 			"try":     func(rt *rapid.T) { m.acquire(rt, false) },
@@ -140,11 +141,7 @@ func (m *modelRun) acquire(rt *rapid.T, wait bool) {
 	m.want[pid] = req
 	// A new request by an owner that holds the lock is a conversion: a
 	// flock upgrade that must wait drops the hold first.
-	go func() {
-		g, err := m.e.Acquire(ctx, req)
-		p.token = g.Token
-		p.done <- err
-	}()
+	m.env.start(ctx, p, req)
 	m.env.settle()
 	if p.result == "" && wait && mode == Exclusive && m.held[pid][id] == Shared {
 		// A flock upgrade that must wait releases the shared hold first.

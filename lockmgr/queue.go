@@ -175,14 +175,18 @@ func (e *Engine) dequeueLocked(ls *lockState, w *waiter) {
 	}
 }
 
-// signal wakes w unless a wake-up is already pending. Called under
-// Engine.mu.
+// signal wakes w unless a wake-up is already pending: its goroutine, or
+// its parked request (park.go). Called under Engine.mu.
 func (w *waiter) signal() {
 	w.signalled = true
 	select {
 	case w.wake <- struct{}{}:
 		*w.wakes++ // set with wake by enqueueLocked
 	default:
+	}
+	if a := w.parked; a != nil {
+		w.parked = nil
+		a.wakeLocked()
 	}
 }
 

@@ -64,6 +64,9 @@ type scriptEnv struct {
 	ownerTID map[string]int
 	ownerIno map[string]uint64
 	pending  map[string]*pendingAcquire
+	// parked: acquires go through AcquireAsync, which parks a request
+	// that sleeps in a queue without a goroutine (park.go).
+	parked bool
 }
 
 type pendingAcquire struct {
@@ -400,11 +403,7 @@ func (env *scriptEnv) run(line string) []string {
 		ctx, cancel := context.WithCancel(context.Background())
 		p := &pendingAcquire{engine: e, tid: pid, cancel: cancel, done: make(chan error, 1), hideToken: args["token"] == "no"}
 		env.pending[name] = p
-		go func() {
-			g, err := e.Acquire(ctx, req)
-			p.token = g.Token
-			p.done <- err
-		}()
+		env.start(ctx, p, req)
 		env.settle()
 		if p.result == "" {
 			out = append(out, "waiting")
@@ -498,19 +497,42 @@ func TestScripts(t *testing.T) {
 		t.Fatalf("no scripts: %v", err)
 	}
 	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			testutil.CheckGoroutines(t)
-			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each script runs with waits on goroutines (Acquire) and parked
+		// (AcquireAsync): the same output either way.
+		for _, parked := range []bool{false, true} {
+			name := filepath.Base(f)
+			if parked {
+				name += "-parked"
 			}
-			runScript(t, string(data))
-		})
+			t.Run(name, func(t *testing.T) {
+				testutil.CheckGoroutines(t)
+				runScript(t, string(data), parked)
+			})
+		}
 	}
 }
 
-func runScript(t *testing.T, script string) {
+// start runs p's acquire of req, on a goroutine of its own (Acquire), or
+// through AcquireAsync, whose goroutine returns once the request parks.
+func (env *scriptEnv) start(ctx context.Context, p *pendingAcquire, req Request) {
+	answer := func(g Grant, err error) {
+		p.token = g.Token
+		p.done <- err
+	}
+	if env.parked {
+		go p.engine.AcquireAsync(ctx, req, answer)
+		return
+	}
+	go func() { answer(p.engine.Acquire(ctx, req)) }()
+}
+
+func runScript(t *testing.T, script string, parked bool) {
 	env := newScriptEnv(t)
+	env.parked = parked
 	lines := strings.Split(script, "\n")
 	var rewritten []string
 	failed := false

@@ -204,6 +204,9 @@ type waiter struct {
 	signalled bool
 	// wakes is the engine's count of wake-ups sent (Engine.wakes).
 	wakes *uint64
+	// parked is the request of AcquireAsync that sleeps here without a
+	// goroutine, until a wake-up resumes it (park.go). GUARDED_BY(Engine.mu)
+	parked *parkedRequest
 }
 
 // step is one lock of a request's plan: the implicit ancestor holds, then
