@@ -15,6 +15,17 @@ func SetFollowRenames(on bool) (restore func()) {
 	return func() { followRenames = old }
 }
 
+// SetParkLockWaits turns off (or on) the parking of waiting lock requests
+// in the engine (lock.go, LockWaitDeferred), so that a test's control can
+// wait on the serving goroutine, the old path. It returns the function
+// that restores the setting. Not for concurrent use: tests call it before
+// they mount.
+func SetParkLockWaits(on bool) (restore func()) {
+	old := parkLockWaits
+	parkLockWaits = on
+	return func() { parkLockWaits = old }
+}
+
 // OpenHandles returns the number of open file descriptions of id's control
 // file that the kernel has not yet released, so that a test can wait for
 // an asynchronous Release.

@@ -73,9 +73,10 @@ import (
 // refuse logs each refused or failed request once.
 
 var (
-	_ fusefs.HandleLocker      = (*controlHandle)(nil)
-	_ fusefs.HandleFlockLocker = (*controlHandle)(nil)
-	_ fusefs.HandlePOSIXLocker = (*controlHandle)(nil)
+	_ fusefs.HandleLocker           = (*controlHandle)(nil)
+	_ fusefs.HandleLockWaitDeferrer = (*controlHandle)(nil)
+	_ fusefs.HandleFlockLocker      = (*controlHandle)(nil)
+	_ fusefs.HandlePOSIXLocker      = (*controlHandle)(nil)
 )
 
 // errPermission reports that the requester may not take the lock in the
@@ -136,35 +137,76 @@ func (h *controlHandle) Lock(ctx context.Context, req *fuse.LockRequest) error {
 }
 
 // LockWait takes the lock, waiting until it is granted or the request is
-// interrupted (LOCK_EX, F_SETLKW).
+// interrupted (LOCK_EX, F_SETLKW). The server calls LockWaitDeferred
+// instead; LockWait is the same on the calling goroutine.
 func (h *controlHandle) LockWait(ctx context.Context, req *fuse.LockWaitRequest) error {
 	return h.lock(ctx, (*fuse.LockRequest)(req), true)
 }
 
+// LockWaitDeferred is LockWait without a goroutine that waits for the
+// grant (fusefs.HandleLockWaitDeferrer): a request queued behind a holder
+// is parked in the engine (lockmgr.Engine.AcquireAsync), and answer is
+// called when the engine grants it, fails it, or its interrupt cancels
+// ctx. 10,000 waiting flock(2) calls then cost no goroutine stack each.
+func (h *controlHandle) LockWaitDeferred(ctx context.Context, req *fuse.LockWaitRequest, answer func(error)) {
+	if !parkLockWaits {
+		answer(h.LockWait(ctx, req))
+		return
+	}
+	lockReq := (*fuse.LockRequest)(req)
+	call, err := h.admit(ctx, lockReq, true)
+	if err != nil || lockReq.Lock.Type == fuse.LockUnlock {
+		answer(err)
+		return
+	}
+	h.acquireAsync(ctx, &call, 0, func(err error) {
+		answer(h.granted(call, err))
+	})
+}
+
 func (h *controlHandle) lock(ctx context.Context, req *fuse.LockRequest, wait bool) error {
+	call, err := h.admit(ctx, req, wait)
+	if err != nil || req.Lock.Type == fuse.LockUnlock {
+		return err
+	}
+	err = h.acquire(ctx, &call, wait) // sets call.id, which granted logs
+	return h.granted(call, err)
+}
+
+// admit describes a lock request and checks it before it goes to the
+// engine: an unlock is done at once (its result is returned), a bad mode
+// or a refused permission is refused (logged and returned).
+func (h *controlHandle) admit(ctx context.Context, req *fuse.LockRequest, wait bool) (lockCall, error) {
 	op := "lock"
 	if wait {
 		op = "lockwait"
 	}
 	call := h.newCall(op, &req.Header, req.Lock, req.LockFlags, req.LockOwner)
 	if req.Lock.Type == fuse.LockUnlock {
-		return h.unlock(ctx, call)
+		return call, h.unlock(ctx, call)
 	}
 	c := h.n.c
 	mode, err := lockMode(req.Lock.Type)
 	call.mode = mode
 	if err != nil {
-		return c.refuse(call, err)
+		return call, c.refuse(call, err)
 	}
 	if err := h.n.permit(ctx, call); err != nil {
 		if c.obs != nil {
 			c.obs.Requested(lockmgr.Request{Lock: call.id, Mode: mode, Owner: call.owner, TID: call.tid, UID: call.uid, Wait: wait},
 				lockmgr.Grant{}, lockmgr.Denied, 0)
 		}
-		return c.refuse(call, err)
+		return call, c.refuse(call, err)
 	}
-	if err := h.acquire(ctx, &call, wait); err != nil {
-		return c.refuse(call, err)
+	return call, nil
+}
+
+// granted finishes a request the engine answered with err: a refusal is
+// logged and returned; a grant of a directory lock revalidates the
+// directory's cached children.
+func (h *controlHandle) granted(call lockCall, err error) error {
+	if err != nil {
+		return h.n.c.refuse(call, err)
 	}
 	if h.n.kind == lockmgr.KindDir || h.n.kind == lockmgr.KindNewDir {
 		h.n.dir.RevalidateChildren() // fs: cache.go
@@ -176,51 +218,85 @@ func (h *controlHandle) lock(ctx context.Context, req *fuse.LockRequest, wait bo
 // directory if a rename through the mount moves it meanwhile (see
 // # Renames): it sets call.id to the lock it finally asked for.
 func (h *controlHandle) acquire(ctx context.Context, call *lockCall, wait bool) error {
-	c := h.n.c
 	for stale := 0; ; {
-		// Remember the owner before asking: a Flush racing with the
-		// grant then still finds it.
-		h.n.remember(call.owner, h, call.id)
-		_, err := c.engine.Acquire(ctx, lockmgr.Request{
-			Lock:  call.id,
-			Mode:  call.mode,
-			Owner: call.owner,
-			TID:   call.tid,
-			UID:   call.uid,
-			Wait:  wait,
-			Ino:   h.n.inode,
-			// The token is issued when the holder (or lockfs status)
-			// reads it, not on every grant: most flocks are never
-			// asked for it.
-			DeferToken: true,
-		})
-		if !followRenames || (err != nil && !errors.Is(err, os.ErrNotExist)) {
+		_, err := h.n.c.engine.Acquire(ctx, h.engineRequest(call, wait))
+		if again, err := h.followed(ctx, call, err, &stale); !again {
 			return err
 		}
-		now, found := h.n.dir.WhereNow(err != nil)
-		switch {
-		case now == call.id.Path && err == nil:
-			return nil
-		case now != call.id.Path && err == nil:
-			// Granted the lock of the path the directory has left,
-			// which names another directory or nothing: give it back.
-			if err := c.release(ctx, call.id, call.owner); err != nil {
-				return err
-			}
-		case now != call.id.Path:
-			// The claim found nothing at the old path.
-		case found && stale < maxStaleClaims:
-			// Not found at a path where the directory is now: it
-			// moved away and back between the claim and this look.
-			stale++
-		default:
-			return fmt.Errorf("directory %s is gone: %w", now, err)
-		}
-		c.log.WithFields(logrus.Fields{"from": call.id.Path, "to": now, "kind": call.id.Kind.String(), "tid": call.tid}).
-			Debug("the directory of a lock request moved while it waited: asking again where it is now")
-		call.id.Path = now
 	}
 }
+
+// acquireAsync is acquire of a waiting request through the engine's
+// AcquireAsync: then is called once with the outcome, on this goroutine
+// or on the engine's. stale counts the claims that found no directory at
+// an unchanged path (followed).
+func (h *controlHandle) acquireAsync(ctx context.Context, call *lockCall, stale int, then func(error)) {
+	h.n.c.engine.AcquireAsync(ctx, h.engineRequest(call, true), func(_ lockmgr.Grant, err error) {
+		if again, err := h.followed(ctx, call, err, &stale); !again {
+			then(err)
+			return
+		}
+		h.acquireAsync(ctx, call, stale, then)
+	})
+}
+
+// engineRequest records call's owner with h and returns the engine's
+// request for call.
+func (h *controlHandle) engineRequest(call *lockCall, wait bool) lockmgr.Request {
+	// Remember the owner before asking: a Flush racing with the grant
+	// then still finds it.
+	h.n.remember(call.owner, h, call.id)
+	return lockmgr.Request{
+		Lock:  call.id,
+		Mode:  call.mode,
+		Owner: call.owner,
+		TID:   call.tid,
+		UID:   call.uid,
+		Wait:  wait,
+		Ino:   h.n.inode,
+		// The token is issued when the holder (or lockfs status) reads
+		// it, not on every grant: most flocks are never asked for it.
+		DeferToken: true,
+	}
+}
+
+// followed looks, after the engine answered call with err, whether h's
+// directory moved meanwhile (see # Renames). again: ask again, at the
+// path call.id now names; otherwise err is the request's outcome.
+func (h *controlHandle) followed(ctx context.Context, call *lockCall, err error, stale *int) (again bool, _ error) {
+	if !followRenames || (err != nil && !errors.Is(err, os.ErrNotExist)) {
+		return false, err
+	}
+	c := h.n.c
+	now, found := h.n.dir.WhereNow(err != nil)
+	switch {
+	case now == call.id.Path && err == nil:
+		return false, nil
+	case now != call.id.Path && err == nil:
+		// Granted the lock of the path the directory has left, which
+		// names another directory or nothing: give it back.
+		if err := c.release(ctx, call.id, call.owner); err != nil {
+			return false, err
+		}
+	case now != call.id.Path:
+		// The claim found nothing at the old path.
+	case found && *stale < maxStaleClaims:
+		// Not found at a path where the directory is now: it moved
+		// away and back between the claim and this look.
+		*stale++
+	default:
+		return false, fmt.Errorf("directory %s is gone: %w", now, err)
+	}
+	c.log.WithFields(logrus.Fields{"from": call.id.Path, "to": now, "kind": call.id.Kind.String(), "tid": call.tid}).
+		Debug("the directory of a lock request moved while it waited: asking again where it is now")
+	call.id.Path = now
+	return true, nil
+}
+
+// parkLockWaits: LockWaitDeferred parks a waiting request in the engine.
+// A variable only so that a test's control can wait on the serving
+// goroutine instead, as LockWait does.
+var parkLockWaits = true
 
 // maxStaleClaims bounds how often one request asks again at an unchanged
 // path after its claim found no directory there while the directory is
