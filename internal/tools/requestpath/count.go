@@ -128,7 +128,7 @@ func observerHook(file string) bool {
 
 // requestCalls reads a trace and returns the calls of the first request
 // whose handler function is named handler (the part of its name after the
-// last dot, "LockWait"), from the handler's entry to its exit.
+// last dot, "LockWaitDeferred"), from the handler's entry to its exit.
 func requestCalls(r io.Reader, handler string) (*call, error) {
 	var (
 		g     string

@@ -7,13 +7,13 @@
 // every function of the copy's product code record its calls and returns
 // (instrument.go), builds that lockfs, mounts it over a fresh SOURCE,
 // takes the lock with `flock -x`, unmounts, and reads the path of the
-// request's LockWait handler out of the trace (count.go): each time the
+// request's LockWaitDeferred handler out of the trace (count.go): each time the
 // request's goroutine moves to another file, by a call or a return, is one
 // step; a step into a file visited before is a return. Nothing of the
 // repository is changed. Needs root, /dev/fuse, fusermount3, flock(1), git
 // and go.
 //
-//	go run ./internal/tools/requestpath [-rev HEAD] [-lock a/b/.lock] [-from LockWait] [-steps] [-keep | -trace FILE]
+//	go run ./internal/tools/requestpath [-rev HEAD] [-lock a/b/.lock] [-from LockWaitDeferred] [-steps] [-keep | -trace FILE]
 package main
 
 import (
@@ -38,7 +38,7 @@ func main() {
 	steps := flag.Bool("steps", false, "also print every step of the path")
 	keep := flag.Bool("keep", false, "keep the scratch directory (its trace and daemon log)")
 	trace := flag.String("trace", "", "count the trace a -keep run left in this file, instead of making one")
-	from := flag.String("from", "LockWait", "count from the first call of this function (the part of its name after the last dot) to its return: LockWait, the FUSE handler; Acquire, the engine's part")
+	from := flag.String("from", "LockWaitDeferred", "count from the first call of this function (the part of its name after the last dot) to its return: LockWaitDeferred, the FUSE handler (LockWait before the deferred lock waits of 2026-12-03); AcquireAsync (Acquire before), the engine's part")
 	flag.Parse()
 	var err error
 	if *trace != "" {
