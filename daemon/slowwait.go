@@ -44,6 +44,12 @@ func (s *slowWaits) Yielded(id lockmgr.LockID) { s.next.Yielded(id) }
 // waitRepeat is how often a wait that goes on is logged again.
 const waitRepeat = time.Minute
 
+// maxWaitLines is how many long waits of one lock a scan logs one by one;
+// the others due then are counted in one line. 10,000 threads queued on
+// one lock would otherwise log 10,000 lines a minute, and read /proc for
+// each waiter and its holders.
+const maxWaitLines = 10
+
 // waitWatch logs, while they last, the waits longer than a threshold: once
 // when a wait passes it, and every waitRepeat after, naming the lock, the
 // waiter and who is in its way. It reads the engine's table (Snapshot)
@@ -118,10 +124,13 @@ func (w *waitWatch) close() {
 	w.done.Wait()
 }
 
-// scan logs the waits of snap that are due at now.
+// scan logs the waits of snap that are due at now: up to maxWaitLines of
+// each lock one by one, and the count of the others due in one line.
 func (w *waitWatch) scan(snap []lockmgr.LockStatus, now time.Time) {
 	seen := make(map[waitKey]bool)
 	for _, st := range snap {
+		shown, more := 0, 0
+		var longest time.Duration
 		for i, wt := range st.Waiters {
 			waited := now.Sub(wt.Since)
 			if waited < w.threshold {
@@ -133,6 +142,12 @@ func (w *waitWatch) scan(snap []lockmgr.LockStatus, now time.Time) {
 				continue
 			}
 			w.logged[k] = now
+			if shown == maxWaitLines {
+				more++
+				longest = max(longest, waited)
+				continue
+			}
+			shown++
 			wants, mode := wt.Wants, wt.WantsMode
 			if wants == (lockmgr.LockID{}) {
 				wants, mode = st.Lock, wt.Mode
@@ -148,6 +163,13 @@ func (w *waitWatch) scan(snap []lockmgr.LockStatus, now time.Time) {
 				"waited":     waited.Round(time.Second).String(),
 				"blocked_by": w.blockers(st, wt, i),
 			}).Info("lock wait is long: still waiting")
+		}
+		if more > 0 {
+			w.log.WithFields(logrus.Fields{
+				"waiting_on": lockmgr.QuoteName(st.Lock.String()),
+				"waiters":    more,
+				"longest":    longest.Round(time.Second).String(),
+			}).Info("lock waits are long: more still waiting")
 		}
 	}
 	for k := range w.logged {

@@ -75,3 +75,37 @@ func TestWaitWatch(t *testing.T) {
 		t.Errorf("blocked_by without holders: %q", b)
 	}
 }
+
+// TestWaitWatchManyWaiters: of 100 long waits on one lock, a scan logs
+// maxWaitLines one by one and the other 90 in one line, and none again
+// within a minute. (With the cap removed: 100 lines.)
+func TestWaitWatchManyWaiters(t *testing.T) {
+	log, hook := logtest.NewNullLogger()
+	t0 := time.Unix(10000, 0)
+	st := lockmgr.LockStatus{Lock: lockmgr.LockID{Path: "a", Kind: lockmgr.KindDir}}
+	for i := range 100 {
+		st.Waiters = append(st.Waiters, lockmgr.Waiter{Owner: lockmgr.Owner{Class: lockmgr.OwnerFile, ID: uint64(i + 1)},
+			Mode: lockmgr.Exclusive, Process: lockmgr.ProcID{PID: 100 + i}, TID: 100 + i, Since: t0.Add(time.Duration(i) * time.Millisecond)})
+	}
+	snap := []lockmgr.LockStatus{st}
+	w := newWaitWatch(func() []lockmgr.LockStatus { return snap }, time.Second, log)
+	described := 0
+	w.describe = func(pid int) procinfo.Command { described++; return procinfo.Command{PID: pid, Name: "flock"} }
+	w.scan(snap, t0.Add(5*time.Second))
+	entries := hook.AllEntries()
+	if len(entries) != maxWaitLines+1 {
+		t.Fatalf("%d lines for 100 long waits, want %d and one summary", len(entries), maxWaitLines)
+	}
+	last := entries[len(entries)-1]
+	if last.Message != "lock waits are long: more still waiting" || last.Data["waiters"] != 100-maxWaitLines ||
+		last.Data["waiting_on"] != "a/.lock" || last.Data["longest"] != "5s" {
+		t.Errorf("summary: %q %v", last.Message, last.Data)
+	}
+	if described > maxWaitLines {
+		t.Errorf("%d commands read for %d lines", described, maxWaitLines)
+	}
+	w.scan(snap, t0.Add(30*time.Second))
+	if n := len(hook.AllEntries()); n != maxWaitLines+1 {
+		t.Errorf("%d lines after a second scan within the minute, want none more", n-maxWaitLines-1)
+	}
+}
