@@ -68,3 +68,30 @@ func transient(err error) bool {
 	}
 	return true
 }
+
+// bound returns ctx bounded as a call with or without wait is: also ended
+// by Close, and without wait by noWaitGiveUp; and how long etcd may fail
+// before the call gives up.
+func (b *Backend) bound(ctx context.Context, wait bool) (context.Context, context.CancelFunc, time.Duration) {
+	ctx, cancel := b.withClose(ctx)
+	if wait {
+		return ctx, cancel, b.cfg.UnavailableAfter
+	}
+	ctx, cancel2 := context.WithTimeout(ctx, noWaitGiveUp)
+	return ctx, func() { cancel2(); cancel() }, min(b.cfg.UnavailableAfter, noWaitGiveUp)
+}
+
+// ctxErr maps an error of a call bounded by bound: the caller's own end
+// as ctx.Err(), the bound's as lockmgr.ErrUnavailable, Close's as
+// lockmgr.ErrClosed.
+func (b *Backend) ctxErr(caller context.Context, err error) error {
+	switch {
+	case caller.Err() != nil:
+		return caller.Err()
+	case b.closeCtx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return errBackendClosed
+	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, lockmgr.ErrUnavailable):
+		return fmt.Errorf("%w: no answer from etcd within %v: %w", lockmgr.ErrUnavailable, noWaitGiveUp, err)
+	}
+	return err
+}
