@@ -403,3 +403,65 @@ func TestOpenFilesCostNothing(t *testing.T) {
 		t.Errorf("control, procfs: %v, %q", ok, why)
 	}
 }
+
+// TestDetachKeepsOtherFileSystems: a file on another file system mounted
+// beneath SOURCE (a tmpfs) cannot be opened by SOURCE's file handles, so
+// its passthrough open is registered by reopening the handle's own
+// descriptor and keeps it, and it reads and writes as any file. Control: a
+// file of SOURCE's own file system opened the same way is detached, its
+// registration having proved the node's file handle. (Two guards keep the
+// tmpfs file from being opened by a handle of SOURCE's: handleOf's mount
+// id and backingFd's fallback to a reopen; with both removed the open is
+// not passed through and this test fails.)
+func TestDetachKeepsOtherFileSystems(t *testing.T) {
+	testutil.RequireRoot(t, "FUSE passthrough needs CAP_SYS_ADMIN; mounting a tmpfs, CAP_SYS_ADMIN")
+	src := t.TempDir()
+	sub := src + "/sub"
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("mount a tmpfs beneath SOURCE: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(sub, unix.MNT_DETACH) })
+	m := newPTMountAt(t, src, t.TempDir())
+	requireDetaching(t, m)
+	for _, name := range []string{"f", "sub/f"} {
+		if err := os.WriteFile(m.s(name), []byte("data\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func(name string) (detached, kept int, fhOK bool) {
+		t.Helper()
+		f, err := os.OpenFile(m.m(name), os.O_RDWR|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString("more\n"); err != nil {
+			t.Errorf("%s: write: %v", name, err)
+		}
+		if b, err := os.ReadFile(m.s(name)); err != nil || string(b) != "data\nmore\n" {
+			t.Errorf("%s: SOURCE holds %q, %v", name, b, err)
+		}
+		n := nodeOf(t, m, m.s(name))
+		m.fs.pt.mu.Lock()
+		var pt int
+		if io := m.fs.pt.inodes[n.self.(*File)]; io != nil {
+			pt = io.pt
+		}
+		m.fs.pt.mu.Unlock()
+		if pt != 1 {
+			t.Fatalf("%s: %d handles open for passthrough, want 1", name, pt)
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.detached, len(n.open), n.fhOK
+	}
+	if detached, kept, _ := open("sub/f"); detached != 0 || kept != 1 {
+		t.Errorf("a file on the tmpfs beneath SOURCE: %d detached handles, %d descriptors kept; want 0 and 1", detached, kept)
+	}
+	if detached, kept, fhOK := open("f"); detached != 1 || kept != 0 || !fhOK {
+		t.Errorf("control, a file of SOURCE: %d detached handles, %d descriptors kept, file handle known %v; want 1, 0, true", detached, kept, fhOK)
+	}
+}
