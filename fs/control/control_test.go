@@ -10,14 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"bazil.org/fuse"
-	"github.com/sirupsen/logrus"
-
+	"github.com/lockfs/lockfs/fs/internal/fsmount"
+	"github.com/lockfs/lockfs/fs/internal/fstest"
 	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
-
-	"github.com/lockfs/lockfs/fs"
-	"github.com/lockfs/lockfs/fs/internal/fstest"
 )
 
 // The control-file tests mount a real lockfs in process (package fs over a
@@ -26,10 +22,7 @@ import (
 // the exact calls a test needs and reports each errno.
 
 // ctlMount is a mounted lockfs for one test, with its file system.
-type ctlMount struct {
-	*fstest.Mount
-	fs *fs.FS
-}
+type ctlMount struct{ *fsmount.Mount }
 
 // newCtlMount mounts a fresh SOURCE, with allow_other so that tests can
 // run processes as nobody. Everything is undone in t.Cleanup.
@@ -42,16 +35,7 @@ func newCtlMount(t *testing.T) *ctlMount {
 // mounts (daemons) may share.
 func newCtlMountAt(t *testing.T, src string) *ctlMount {
 	t.Helper()
-	var fsys *fs.FS
-	m := fstest.MountAt(t, src, func(eng *lockmgr.Engine, log logrus.FieldLogger) (func(*fuse.Conn) error, func() error, error) {
-		f, err := fs.New(fs.Config{Source: src, Engine: eng, Logger: log, Host: "testhost"})
-		if err != nil {
-			return nil, nil, err
-		}
-		fsys = f
-		return func(c *fuse.Conn) error { return fs.Serve(c, f) }, f.Close, nil
-	})
-	return &ctlMount{Mount: m, fs: fsys}
+	return &ctlMount{fsmount.New(t, src)}
 }
 
 // controlKinds are the control files' names and the locks they take.
@@ -73,7 +57,7 @@ func (m *ctlMount) openHandles(rel string) int {
 	if err != nil {
 		m.T.Fatal(err)
 	}
-	return m.fs.Control().OpenHandles(lockmgr.LockID{Path: path, Kind: kind})
+	return m.FS.Control().OpenHandles(lockmgr.LockID{Path: path, Kind: kind})
 }
 
 func TestControlFilesAppearEverywhere(t *testing.T) {

@@ -13,10 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfs/lockfs/fs/internal/fstest"
 	"github.com/lockfs/lockfs/internal/testutil"
 	"github.com/lockfs/lockfs/lockmgr"
-
-	"github.com/lockfs/lockfs/fs/internal/fstest"
 )
 
 func TestFlockModes(t *testing.T) {

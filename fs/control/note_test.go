@@ -8,9 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lockfs/lockfs/internal/testutil"
-
 	"github.com/lockfs/lockfs/fs/internal/fstest"
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // TestControlFileNoteAppend: a note is a small file of its own open file

@@ -15,9 +15,8 @@ import (
 	"time"
 
 	"github.com/lockfs/lockfs/fs/control"
-	"github.com/lockfs/lockfs/internal/testutil"
-
 	"github.com/lockfs/lockfs/fs/internal/fstest"
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // renameWaitPy is one process of the rename-during-a-wait workload. As

@@ -6,9 +6,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/lockfs/lockfs/internal/testutil"
-
 	"github.com/lockfs/lockfs/fs/internal/fstest"
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // TestStatusShowsOutsideWaiters: a request blocked by a holder outside

@@ -1,4 +1,4 @@
-package fs
+package filelock_test
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfs/lockfs/fs/internal/fsmount"
 	"github.com/lockfs/lockfs/internal/testutil"
 )
 
@@ -48,14 +49,14 @@ type cycleProc struct {
 // its attempts to be 50 ms apart).
 func startRangePair(t *testing.T, extra ...string) (p1, p2 *cycleProc) {
 	t.Helper()
-	m := newPTMount(t)
+	m := fsmount.New(t, t.TempDir())
 	for _, f := range []string{"f1", "f2"} {
-		if err := os.WriteFile(m.m(f), []byte("data"), 0o644); err != nil {
+		if err := os.WriteFile(m.Path(f), []byte("data"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	p1 = startCycle(t, m.m("f1"), m.m("f2"))
-	p2 = startCycle(t, append([]string{m.m("f2"), m.m("f1")}, extra...)...)
+	p1 = startCycle(t, m.Path("f1"), m.Path("f2"))
+	p2 = startCycle(t, append([]string{m.Path("f2"), m.Path("f1")}, extra...)...)
 	for _, p := range []*cycleProc{p1, p2} {
 		if l := p.next(20 * time.Second); l != "held" {
 			t.Fatalf("helper said %q, want held", l)
