@@ -244,6 +244,9 @@ func TestTwoLocalEnginesTakeTurns(t *testing.T) {
 					defer wg.Done()
 					owner := lockmgr.Owner{Class: lockmgr.OwnerFile, ID: uint64(i + 1)}
 					r := lockmgr.Request{Lock: lockmgr.LockID{Path: "f", Kind: lockmgr.KindDir}, Mode: c.mode, Owner: owner, TID: pid, Wait: true}
+					// Staggered, so that shared holds overlap and the
+					// lock is never free between them.
+					time.Sleep(time.Duration(i) * 17 * time.Millisecond)
 					for ctx.Err() == nil {
 						if _, err := busy.Acquire(ctx, r); err != nil {
 							if ctx.Err() == nil {
@@ -273,7 +276,7 @@ func TestTwoLocalEnginesTakeTurns(t *testing.T) {
 				// no holder (all three between a release and their next
 				// grant): the control fails only if the other engine gets
 				// the lock in every try.
-				bound, tries = 1500*time.Millisecond, 3
+				bound, tries = 1500*time.Millisecond, 6
 			}
 			r := lockmgr.Request{Lock: lockmgr.LockID{Path: "f", Kind: lockmgr.KindDir}, Mode: lockmgr.Exclusive,
 				Owner: lockmgr.Owner{Class: lockmgr.OwnerFile, ID: 9}, TID: pids[3], Wait: true}
