@@ -11,16 +11,16 @@
 //     of it (Config) and of each directory (Dir), their inode numbers;
 //   - control.go: the nodes and handles, their attributes, the note a
 //     descriptor writes;
-//   - lock.go: lock, unlock, F_GETLK, and the releases at Flush and
-//     Release, with the owners (flock: the open file description; POSIX
-//     and OFD: the kernel's lock owner) and a request that follows its
-//     renamed directory;
+//   - lock.go: lock requests and F_GETLK, with the owners (flock: the
+//     open file description; POSIX and OFD: the kernel's lock owner) and
+//     a request that follows its renamed directory;
+//   - release.go: unlock, and the releases at Flush and Release;
 //   - lockcheck.go: permission on the directory, the one map from a lock
 //     error to its errno, and the log line of a refusal;
 //   - refusals.go: how often a refusal is logged, and who was in the way;
 //   - status.go: the status text a read returns (SPEC §6);
 //   - owners.go: the per-node record of which owner locked through which
-//     handle.
+//     handle (remember, forget).
 //
 // A control file reaches its directory only through the Dir interface,
 // which package fs's Dir implements; control imports nothing of fs.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
 
 	"bazil.org/fuse"
 	fusefs "bazil.org/fuse/fs"
@@ -28,6 +27,8 @@ import (
 // table, an OFD owner the open file description.
 //
 // # Release
+//
+// (release.go)
 //
 // The kernel never sends Unlock when a descriptor goes away; we release as
 // it would:
@@ -309,24 +310,6 @@ const maxStaleClaims = 8
 // start.
 var followRenames = true
 
-// Unlock releases the lock (LOCK_UN, F_UNLCK). Any byte range means the
-// whole lock.
-func (h *controlHandle) Unlock(ctx context.Context, req *fuse.UnlockRequest) error {
-	return h.unlock(ctx, h.newCall("unlock", &req.Header, req.Lock, req.LockFlags, req.LockOwner))
-}
-
-func (h *controlHandle) unlock(ctx context.Context, call lockCall) error {
-	id, ok := h.n.forget(call.owner)
-	if !ok {
-		id = call.id
-	}
-	if err := h.n.c.release(ctx, id, call.owner); err != nil {
-		call.id = id
-		return h.n.c.refuse(call, err)
-	}
-	return nil
-}
-
 // QueryLock answers F_GETLK: the holder that would block a request of this
 // owner in this mode, if any, as a whole-file lock.
 func (h *controlHandle) QueryLock(ctx context.Context, req *fuse.QueryLockRequest, resp *fuse.QueryLockResponse) error {
@@ -356,89 +339,4 @@ func (h *controlHandle) QueryLock(ctx context.Context, req *fuse.QueryLockReques
 	}
 	resp.Lock = fuse.FileLock{Start: 0, End: math.MaxInt64, Type: typ, PID: pid}
 	return nil
-}
-
-// Flush releases the closing process's POSIX locks on this control file.
-func (h *controlHandle) Flush(ctx context.Context, req *fuse.FlushRequest) error {
-	owner := posixOwner(req.LockOwner)
-	id, ok := h.n.forget(owner)
-	if !ok {
-		return nil
-	}
-	if err := h.n.c.release(ctx, id, owner); err != nil {
-		return h.n.c.refuse(lockCall{op: "flush", id: id, owner: owner, tid: int(req.Pid), uid: req.Uid}, err)
-	}
-	return nil
-}
-
-// Release ends the open file description: it releases the flock owner and
-// every owner that last locked through this handle (OFD locks).
-func (h *controlHandle) Release(ctx context.Context, req *fuse.ReleaseRequest) error {
-	n := h.n
-	var done []ownerRecord
-	var owners []lockmgr.Owner
-	n.mu.Lock()
-	n.open--
-	for _, o := range h.owners {
-		if rec, ok := n.owners.get(o); ok && rec.h == h {
-			done = append(done, rec)
-			owners = append(owners, o)
-			n.owners.remove(o)
-		}
-	}
-	h.owners = nil
-	n.mu.Unlock()
-	var errs []error
-	for i, rec := range done {
-		n.c.logDeadHolder(rec.id, owners[i])
-		if err := n.c.release(ctx, rec.id, owners[i]); err != nil {
-			errs = append(errs, n.c.refuse(lockCall{op: "release", id: rec.id, owner: owners[i], uid: req.Uid}, err))
-		}
-	}
-	if len(errs) > 0 {
-		return errs[0]
-	}
-	return nil
-}
-
-// release gives back owner's lock id. It cannot be interrupted, never waits
-// for other processes, and treats "not held" as done, as the kernel does.
-func (c *Files) release(ctx context.Context, id lockmgr.LockID, owner lockmgr.Owner) error {
-	err := c.engine.Release(context.WithoutCancel(ctx), id, owner)
-	if err != nil && !errors.Is(err, lockmgr.ErrNotHeld) {
-		return err
-	}
-	return nil
-}
-
-// remember records that owner asks for lock id through handle h.
-func (n *controlNode) remember(owner lockmgr.Owner, h *controlHandle, id lockmgr.LockID) {
-	n.mu.Lock()
-	if old, ok := n.owners.get(owner); !ok || old.h != h {
-		if ok {
-			old.h.dropOwnerLocked(owner)
-		}
-		h.owners = append(h.owners, owner)
-	}
-	n.owners.set(owner, ownerRecord{h: h, id: id})
-	n.mu.Unlock()
-}
-
-// forget removes owner's record and returns the lock it asked for.
-func (n *controlNode) forget(owner lockmgr.Owner) (lockmgr.LockID, bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	rec, ok := n.owners.get(owner)
-	if ok {
-		n.owners.remove(owner)
-		rec.h.dropOwnerLocked(owner)
-	}
-	return rec.id, ok
-}
-
-// dropOwnerLocked removes owner from h.owners. Called with h.n.mu held.
-func (h *controlHandle) dropOwnerLocked(owner lockmgr.Owner) {
-	if i := slices.Index(h.owners, owner); i >= 0 {
-		h.owners = slices.Delete(h.owners, i, i+1)
-	}
 }

@@ -1,6 +1,10 @@
 package control
 
-import "github.com/lockfs/lockfs/lockmgr"
+import (
+	"slices"
+
+	"github.com/lockfs/lockfs/lockmgr"
+)
 
 // ownerRecords maps owners to their ownerRecord (controlNode.owners). A
 // control file is nearly always locked through by one owner at a time, so
@@ -71,5 +75,37 @@ func (r *ownerRecords) each(fn func(lockmgr.Owner, ownerRecord)) {
 	}
 	for o, rec := range r.rest {
 		fn(o, rec)
+	}
+}
+
+// remember records that owner asks for lock id through handle h.
+func (n *controlNode) remember(owner lockmgr.Owner, h *controlHandle, id lockmgr.LockID) {
+	n.mu.Lock()
+	if old, ok := n.owners.get(owner); !ok || old.h != h {
+		if ok {
+			old.h.dropOwnerLocked(owner)
+		}
+		h.owners = append(h.owners, owner)
+	}
+	n.owners.set(owner, ownerRecord{h: h, id: id})
+	n.mu.Unlock()
+}
+
+// forget removes owner's record and returns the lock it asked for.
+func (n *controlNode) forget(owner lockmgr.Owner) (lockmgr.LockID, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	rec, ok := n.owners.get(owner)
+	if ok {
+		n.owners.remove(owner)
+		rec.h.dropOwnerLocked(owner)
+	}
+	return rec.id, ok
+}
+
+// dropOwnerLocked removes owner from h.owners. Called with h.n.mu held.
+func (h *controlHandle) dropOwnerLocked(owner lockmgr.Owner) {
+	if i := slices.Index(h.owners, owner); i >= 0 {
+		h.owners = slices.Delete(h.owners, i, i+1)
 	}
 }
