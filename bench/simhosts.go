@@ -37,14 +37,16 @@ import (
 
 const helperSimHosts = "sim-hosts"
 
-// simCloseWorkers is the number of hosts each helper closes at once: each
-// close drops its records (one write each), and a thousand hosts closing
-// at once would open connections by the thousand.
-const simCloseWorkers = 8
-
-// simTakeWorkers is the number of acquires in flight in each helper during
-// the setup.
-const simTakeWorkers = 32
+// simWorkers are, per backend, the acquires each helper has in flight
+// during the setup and the hosts it closes at once. gcs: each close drops
+// its records (one write each), and a thousand hosts closing at once would
+// open connections by the thousand. etcd: the one member applies every
+// claim and every close (a LeaseRevoke that deletes the host's keys), and
+// it answers a keep-alive only once its apply has caught up (etcd commit
+// fef4a79): hundreds of requests queued on a loaded member delay every
+// host's keep-alives past their validity (docs/BENCHMARKS.md, "At
+// scale"), so fewer at once.
+var simWorkers = map[string]struct{ take, close int }{"gcs": {32, 8}, "etcd": {8, 1}}
 
 // simSpec is what a sim helper process needs, passed in its environment.
 type simSpec struct {
@@ -119,11 +121,11 @@ func simHosts() error {
 			return err
 		}
 	}
-	// each runs f on every (host, lock) pair, simTakeWorkers at a time,
+	// each runs f on every (host, lock) pair, simWorkers' take at a time,
 	// and counts the failures.
 	each := func(f func(h simHost, i, j int) error) (failed int64, first error) {
 		var mu sync.Mutex
-		parallel(ctx, spec.hosts*spec.locks, simTakeWorkers, func(n int) error {
+		parallel(ctx, spec.hosts*spec.locks, simWorkers[spec.backend].take, func(n int) error {
 			k, j := n%spec.hosts, n/spec.hosts
 			if err := f(hosts[k], spec.first+k, j); err != nil {
 				mu.Lock()
@@ -241,7 +243,7 @@ func simHosts() error {
 			}
 			fmt.Printf("churned %d %d %d\n", cycles, failed, lost.Load())
 		case "close":
-			parallel(ctx, len(hosts), simCloseWorkers, func(k int) error {
+			parallel(ctx, len(hosts), simWorkers[spec.backend].close, func(k int) error {
 				hosts[k].e.Close() // a release that failed expires after its TTL
 				return nil
 			})
