@@ -2,8 +2,11 @@ package fs
 
 import (
 	"context"
-	"github.com/sirupsen/logrus"
 	"syscall"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lockfs/lockfs/lockmgr"
 
 	"bazil.org/fuse"
 	fusefs "bazil.org/fuse/fs"
@@ -150,26 +153,11 @@ func (d *Dir) makeEntry(op, name string, hdr *fuse.Header, perm uint32, openFlag
 // file (opening it changes nothing); a backing name may not be created.
 func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.CreateResponse) (fusefs.Node, fusefs.Handle, error) {
 	name := req.Name
-	excl := req.Flags&fuse.OpenExclusive != 0
 	if kind, ok := controlKind(name); ok {
-		if excl {
-			return nil, nil, d.fs.refuse("create", d.childPath(name), syscall.EEXIST, "control file exists")
-		}
-		n := d.fs.controlNode(d, kind)
-		resp.EntryValid = entryValid
-		opener, ok := n.(fusefs.NodeOpener)
-		if !ok {
-			return n, n, nil
-		}
-		oreq := &fuse.OpenRequest{Header: req.Header, Flags: req.Flags &^ (fuse.OpenCreate | fuse.OpenExclusive | fuse.OpenTruncate)}
-		h, err := opener.Open(ctx, oreq, &resp.OpenResponse)
-		if err != nil {
-			return nil, nil, err
-		}
-		return n, h, nil
+		return d.createControl(ctx, kind, req, resp)
 	}
 	if d.fs.isBacking(name) {
-		if excl {
+		if req.Flags&fuse.OpenExclusive != 0 {
 			return nil, nil, d.fs.refuse("create", d.childPath(name), syscall.EEXIST, "reserved name")
 		}
 		return nil, nil, d.fs.refuse("create", d.childPath(name), syscall.EPERM, "reserved name")
@@ -188,70 +176,12 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 		}
 	}()
 	flags := backingOpenFlags(req.Flags)
-	perm := unixPerm(req.Mode)
 	var st inodeStat
 	fd := -1
 	created := false
-	err := d.at(func(dirFd int, dirSt *inodeStat) error {
-		for attempt := 0; ; attempt++ {
-			var err error
-			// No O_NONBLOCK guard (unless asked for): an exclusive
-			// create opens only the regular file it creates.
-			fd, err = unix.Openat(dirFd, name, flags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm&0o7777)
-			if err == nil {
-				if err = d.fs.newOwner(fd, &req.Header, perm, dirSt, &st); err != nil {
-					closeFd(fd)
-					fd = -1
-					_ = unix.Unlinkat(dirFd, name, 0)
-					return err
-				}
-				created = true
-				break
-			}
-			if err != unix.EEXIST || excl {
-				return err
-			}
-			// The name appeared since the kernel looked: open what is
-			// there, as open(2) without O_EXCL would.
-			fd, err = unix.Openat(dirFd, name, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-			if err == nil {
-				break
-			}
-			if err != unix.ENOENT || attempt > 8 {
-				if err == unix.ELOOP {
-					err = syscall.ESTALE // a symlink: let the kernel look again
-				}
-				return err
-			}
-		}
-		if created {
-			return nil // st is the new file's, from newOwner
-		}
-		if req.OpenFlags&fuse.OpenKillSUIDGID != 0 && flags&unix.O_TRUNC != 0 {
-			// An existing file truncated by a caller without
-			// CAP_FSETID (setid.go).
-			if _, err := killSetID(fd); err != nil {
-				closeFd(fd)
-				fd = -1
-				return err
-			}
-		}
-		if err := fstat(fd, &st); err != nil {
-			closeFd(fd)
-			fd = -1
-			return err
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFREG {
-			closeFd(fd)
-			fd = -1
-			return syscall.ESTALE
-		}
-		if err := clearNonblock(fd, flags); err != nil {
-			closeFd(fd)
-			fd = -1
-			return err
-		}
-		return nil
+	err := d.at(func(dirFd int, dirSt *inodeStat) (err error) {
+		fd, created, err = d.createAt(dirFd, dirSt, req, flags, &st)
+		return err
 	})
 	if err != nil {
 		return nil, nil, d.fs.fail("create", d.childPath(name), err)
@@ -264,16 +194,92 @@ func (d *Dir) Create(ctx context.Context, req *fuse.CreateRequest, resp *fuse.Cr
 	}
 	h := f.newHandle(fd, flags, &st, req.Uid)
 	opened = true
-	keep, grown := f.openCache(&st, h.shared)
-	if keep {
-		resp.Flags |= fuse.OpenKeepCache
-	}
-	d.fs.openPassthrough(h, &st, &resp.OpenResponse)
-	if grown {
-		h.openGrown(&st)
-	}
-	h.detach()
+	h.answerOpen(&st, &resp.OpenResponse)
 	setEntryAttr(ctx, f, &st)
 	resp.EntryValid = entryValid
 	return f, h, nil
+}
+
+// createControl answers a create of a control name: an exclusive one
+// fails (the control file exists), any other opens the control file.
+func (d *Dir) createControl(ctx context.Context, kind lockmgr.Kind, req *fuse.CreateRequest, resp *fuse.CreateResponse) (fusefs.Node, fusefs.Handle, error) {
+	if req.Flags&fuse.OpenExclusive != 0 {
+		return nil, nil, d.fs.refuse("create", d.childPath(req.Name), syscall.EEXIST, "control file exists")
+	}
+	n := d.fs.controlNode(d, kind)
+	resp.EntryValid = entryValid
+	opener, ok := n.(fusefs.NodeOpener)
+	if !ok {
+		return n, n, nil
+	}
+	oreq := &fuse.OpenRequest{Header: req.Header, Flags: req.Flags &^ (fuse.OpenCreate | fuse.OpenExclusive | fuse.OpenTruncate)}
+	h, err := opener.Open(ctx, oreq, &resp.OpenResponse)
+	if err != nil {
+		return nil, nil, err
+	}
+	return n, h, nil
+}
+
+// createAt creates req.Name in the directory dirFd (dirSt), or, unless the
+// create is exclusive, opens the regular file that appeared there since the
+// kernel looked, as open(2) without O_EXCL would; flags are the backing
+// open flags. It returns the descriptor, whether it created the file, and
+// the file's attributes in st.
+func (d *Dir) createAt(dirFd int, dirSt *inodeStat, req *fuse.CreateRequest, flags int, st *inodeStat) (fd int, created bool, err error) {
+	name := req.Name
+	perm := unixPerm(req.Mode)
+	for attempt := 0; ; attempt++ {
+		// No O_NONBLOCK guard (unless asked for): an exclusive
+		// create opens only the regular file it creates.
+		fd, err = unix.Openat(dirFd, name, flags|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm&0o7777)
+		if err == nil {
+			if err = d.fs.newOwner(fd, &req.Header, perm, dirSt, st); err != nil {
+				closeFd(fd)
+				_ = unix.Unlinkat(dirFd, name, 0)
+				return -1, false, err
+			}
+			return fd, true, nil // st is the new file's, from newOwner
+		}
+		if err != unix.EEXIST || req.Flags&fuse.OpenExclusive != 0 {
+			return -1, false, err
+		}
+		// The name appeared since the kernel looked: open what is
+		// there, as open(2) without O_EXCL would.
+		fd, err = unix.Openat(dirFd, name, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err == nil {
+			if err := openedExisting(fd, req, flags, st); err != nil {
+				closeFd(fd)
+				return -1, false, err
+			}
+			return fd, false, nil
+		}
+		if err != unix.ENOENT || attempt > 8 {
+			if err == unix.ELOOP {
+				err = syscall.ESTALE // a symlink: let the kernel look again
+			}
+			return -1, false, err
+		}
+	}
+}
+
+// openedExisting readies fd, an existing file that a create opened: it
+// clears the set-id bits if the caller truncates it without CAP_FSETID,
+// fills st, checks that it is a regular file (ESTALE if not: the kernel
+// looks again) and drops the O_NONBLOCK guard unless asked for. The
+// caller closes fd if it fails.
+func openedExisting(fd int, req *fuse.CreateRequest, flags int, st *inodeStat) error {
+	if req.OpenFlags&fuse.OpenKillSUIDGID != 0 && flags&unix.O_TRUNC != 0 {
+		// An existing file truncated by a caller without
+		// CAP_FSETID (setid.go).
+		if _, err := killSetID(fd); err != nil {
+			return err
+		}
+	}
+	if err := fstat(fd, st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return syscall.ESTALE
+	}
+	return clearNonblock(fd, flags)
 }

@@ -125,16 +125,24 @@ func (n *File) Open(ctx context.Context, req *fuse.OpenRequest, resp *fuse.OpenR
 	}
 	h := n.newHandle(fd, flags, &st, req.Uid)
 	opened = true
-	keep, grown := n.openCache(&st, h.shared)
+	h.answerOpen(&st, resp)
+	return h, nil
+}
+
+// answerOpen completes the answer to the open (or create) of the new
+// handle h of the file whose attributes are st: the kernel's cache
+// (cache.go), FUSE passthrough (passthrough.go), then detaching the
+// handle from its descriptor (detach.go).
+func (h *fileHandle) answerOpen(st *inodeStat, resp *fuse.OpenResponse) {
+	keep, grown := h.n.openCache(st, h.shared)
 	if keep {
 		resp.Flags |= fuse.OpenKeepCache
 	}
-	n.fs.openPassthrough(h, &st, resp)
+	h.n.fs.openPassthrough(h, st, resp)
 	if grown {
-		h.openGrown(&st)
+		h.openGrown(st)
 	}
 	h.detach()
-	return h, nil
 }
 
 // replaced reports whether one of n's names still exists in SOURCE (its
