@@ -3,7 +3,8 @@
 # apt-get when running as root; otherwise says exactly what to install and
 # fails.
 #
-#   scripts/deps.sh run        make run, make bench: fuse3 (fusermount3), util-linux (flock)
+#   scripts/deps.sh run        make run: fuse3 (fusermount3), util-linux (flock)
+#   scripts/deps.sh bench      make bench: the same, python3, rsync and etcd (the measurements' tools)
 #   scripts/deps.sh multihost  make run-multihost: the same and python3
 #   scripts/deps.sh multihost-etcd  make run-multihost-etcd: the same and etcd
 #   scripts/deps.sh test       make test (the default): everything the tests run
@@ -25,6 +26,12 @@ case $profile in
 run) needs=("${run_needs[@]}") ;;
 multihost) needs=("${run_needs[@]}" python3:python3) ;;
 multihost-etcd) needs=("${run_needs[@]}" python3:python3 etcd:etcd-server) ;;
+bench)
+	# tree walks with rsync (and du, tar: coreutils and tar are always
+	# there), the paused-daemon test's holder in python3, the etcd rows'
+	# member (its service is disabled below).
+	needs=("${run_needs[@]}" python3:python3 rsync:rsync etcd:etcd-server)
+	;;
 test)
 	# setpriv runs programs as another user; gcc and the C library
 	# headers are for the race detector; promtool checks that the alert
@@ -46,7 +53,7 @@ test)
 	)
 	;;
 *)
-	echo "deps: unknown profile $profile (want run, multihost, multihost-etcd or test)" >&2
+	echo "deps: unknown profile $profile (want run, bench, multihost, multihost-etcd or test)" >&2
 	exit 2
 	;;
 esac
