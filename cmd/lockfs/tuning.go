@@ -84,7 +84,7 @@ func newGCBallast() []byte { return make([]byte, gcBallastSize) }
 // two waiting readers hold every P, and Go's sysmon takes one back from a
 // reader blocked for more than 20 µs and wakes a thread to look for other
 // work, which it does not find: on nearly every lock request
-// (docs/BENCHMARKS.md "Where a pair's time goes"). With a P to spare,
+// (docs/BENCHMARKS.md "Lock pair"). With a P to spare,
 // sysmon leaves blocked readers alone for 10 ms.
 const readerPs = 4
 

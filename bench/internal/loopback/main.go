@@ -14,7 +14,7 @@
 // default_permissions, as lockfs always is (docs/SPEC.md §7): the kernel
 // then checks permissions itself from attributes, which costs GETATTRs
 // that a mount without it does not send; the meta ops goal compares like
-// with like against this mount (docs/BENCHMARKS.md, "Meta ops").
+// with like against this mount (docs/BENCHMARKS.md, `meta_ops_ratio_vs_gofuse_default_permissions`).
 //
 // Usage: loopback [-no-passthrough] [-default-permissions] SOURCE
 // MOUNTPOINT. It serves in the foreground until SIGTERM or SIGINT, then
