@@ -15,10 +15,11 @@ import (
 )
 
 // A claim, top down: Claim, claim and claimOnce take the kernel flock on the
-// backing file (reusing a kept claim, keep.go, or an idle descriptor,
-// idle.go, and waiting in wait.go if the flock is held), through the
-// descriptor wrappers near the end of this file; unnamed checks that the file
-// locked is still the backing file; lease.go wraps it.
+// backing file (reusing a kept claim, takeKept below, of the set keep.go
+// keeps, or an idle descriptor, idle.go, and waiting in wait.go if the
+// flock is held), through the descriptor wrappers near the end of this
+// file; unnamed checks that the file locked is still the backing file;
+// lease.go wraps it.
 
 // Claim takes the kernel flock on id's backing file in mode, creating the
 // file if needed. Without wait it fails with lockmgr.ErrWouldBlock if the
@@ -179,6 +180,27 @@ func (b *Backend) claimOnce(ctx context.Context, id lockmgr.LockID, mode lockmgr
 		}
 	}
 	return bk, time.Time{}, nil
+}
+
+// takeKept removes and returns rel's kept descriptor. If the claim is
+// shared and within keepFor, it still holds LOCK_SH and locked is true;
+// otherwise it has been unlocked and is reused as an idle descriptor.
+func (b *Backend) takeKept(rel string, shared bool) (k *keptFile, locked bool) {
+	b.mu.Lock()
+	k = b.kept[rel]
+	delete(b.kept, rel)
+	b.mu.Unlock()
+	if k == nil {
+		return nil, false
+	}
+	if shared && time.Since(k.since) < b.keepFor {
+		return k, true
+	}
+	if err := fdDo(k.file, func(fd int) error { return flockNB(fd, unix.LOCK_UN) }); err != nil {
+		k.file.Close()
+		return nil, false
+	}
+	return k, false
 }
 
 // resolveSafely are the openat2 resolve flags for every backing-file open:

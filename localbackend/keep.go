@@ -17,7 +17,7 @@ import (
 // delays whoever wants the file exclusively:
 //
 //   - this daemon's own exclusive claim takes the kept descriptor, unlocks
-//     it and flocks it exclusively at once (takeKept): no self-delay;
+//     it and flocks it exclusively at once (takeKept, claim.go): no self-delay;
 //   - GuardTree (rename) and DropKept (asked by rmdir through the engine)
 //     unlock every kept claim first, so neither sees a kept claim as held;
 //   - anyone else (flock(1) on SOURCE, another daemon) waits at most keepFor
@@ -65,27 +65,6 @@ func (b *Backend) keep(l *lease, now time.Time) bool {
 		b.keepSweep = time.AfterFunc(since.Add(b.keepFor).Sub(now), b.sweepKept)
 	}
 	return true
-}
-
-// takeKept removes and returns rel's kept descriptor. If the claim is
-// shared and within keepFor, it still holds LOCK_SH and locked is true;
-// otherwise it has been unlocked and is reused as an idle descriptor.
-func (b *Backend) takeKept(rel string, shared bool) (k *keptFile, locked bool) {
-	b.mu.Lock()
-	k = b.kept[rel]
-	delete(b.kept, rel)
-	b.mu.Unlock()
-	if k == nil {
-		return nil, false
-	}
-	if shared && time.Since(k.since) < b.keepFor {
-		return k, true
-	}
-	if err := fdDo(k.file, func(fd int) error { return flockNB(fd, unix.LOCK_UN) }); err != nil {
-		k.file.Close()
-		return nil, false
-	}
-	return k, false
 }
 
 // DropKept unlocks every kept shared claim at once (lockmgr.KeptDropper):

@@ -7,11 +7,12 @@ import (
 	"time"
 )
 
-// A request's life, top down: Acquire validates it; acquire reads the
-// requester's lineage, applies the usage rule, turns a second request of an
-// owner into a conversion (convert.go) and makes the plan, whose steps
-// grant.go takes one by one (waiting in wait.go); issueToken then gives the
-// grant its fencing token (tokens.go). Release is release.go.
+// A request's life, top down: Acquire and AcquireAsync validate it; acquire
+// and AcquireAsync read the requester's lineage, apply the usage rule, turn
+// a second request of an owner into a conversion (convert.go) and make the
+// plan, whose steps grant.go takes one by one (waiting in wait.go, or, for
+// AcquireAsync, parked: park.go); issueToken then gives the grant its
+// fencing token, or records it as due (tokens.go). Release is release.go.
 
 // Request asks for one lock.
 type Request struct {
@@ -101,7 +102,7 @@ func plan(id LockID, mode Mode) []step {
 // With req.Wait it blocks until granted or ctx ends; a cancelled wait leaves
 // nothing behind and returns ctx.Err(). Errors: ErrWouldBlock, ErrDeadlock,
 // ErrInvalid, ErrLeaseLost, ErrUnavailable, ErrClosed, each wrapped with the
-// lock and mode. AcquireAsync (park.go) is the same without a goroutine
+// lock and mode. AcquireAsync (below) is the same without a goroutine
 // per wait.
 func (e *Engine) Acquire(ctx context.Context, req Request) (Grant, error) {
 	if err := req.validate(); err != nil {
@@ -156,6 +157,94 @@ func (e *Engine) acquire(ctx context.Context, req Request) (Grant, error) {
 	}
 	e.mu.Unlock()
 	return e.issueToken(ctx, req)
+}
+
+// AcquireAsync asks for the lock of req as Acquire does and calls answer
+// exactly once with what Acquire would have returned. It does not wait for
+// the request to sleep in a queue: if the request is answered without
+// sleeping there, answer runs on the caller's goroutine before
+// AcquireAsync returns; otherwise AcquireAsync returns once the request is
+// queued, and answer runs later on a goroutine the engine starts when the
+// request is woken (granted, refused, cancelled by ctx, or the engine
+// closed). answer is called without the engine's lock held.
+func (e *Engine) AcquireAsync(ctx context.Context, req Request, answer func(Grant, error)) {
+	if err := req.validate(); err != nil {
+		answer(e.invalid(req, err))
+		return
+	}
+	a := &parkedRequest{e: e, ctx: ctx, answer: answer}
+	if e.obs != nil {
+		a.start = time.Now()
+	}
+	a.rc = e.newReqCtx(req)
+	e.mu.Lock()
+	ls, h, err := e.admitLocked(a.rc)
+	if err != nil {
+		e.mu.Unlock()
+		a.finish(Grant{}, err)
+		return
+	}
+	if h != nil {
+		a.finish(e.convertUnlocksMu(ctx, ls, h, a.rc))
+		return
+	}
+	a.steps = plan(req.Lock, req.Mode)
+	a.runUnlocksMu()
+}
+
+// parkedRequest is a request of AcquireAsync between its steps.
+type parkedRequest struct {
+	// Constant data
+	e      *Engine
+	ctx    context.Context
+	rc     *reqCtx
+	steps  []step
+	start  time.Time // for the observer
+	answer func(Grant, error)
+
+	// Mutable state, GUARDED_BY(e.mu) while the request is parked; owned
+	// by the goroutine that runs it otherwise.
+	// i is the step being taken.
+	i int
+	// sw is step i's wait.
+	sw stepWait
+	// stop ends the watch of ctx while parked (context.AfterFunc).
+	stop func() bool
+}
+
+// runUnlocksMu takes the steps from a.i on until the request is answered or
+// parks. mu is held on entry and dropped on return.
+func (a *parkedRequest) runUnlocksMu() {
+	e := a.e
+	for a.i < len(a.steps) {
+		s := a.steps[a.i]
+		err := e.tryStepDropsMu(a.ctx, s, a.rc, &a.sw)
+		if err == errSleep {
+			var parked bool
+			if parked, err = a.parkDropsMu(); parked {
+				e.mu.Unlock()
+				return
+			}
+			if err == nil {
+				continue // woken already: look again
+			}
+		}
+		a.sw.endDropsMu(e, s)
+		if err != nil {
+			e.rollbackDropsMu(a.steps[:a.i], a.rc.req.Owner)
+			e.mu.Unlock()
+			a.finish(Grant{}, err)
+			return
+		}
+		a.i++
+	}
+	e.mu.Unlock()
+	a.finish(e.issueToken(a.ctx, a.rc.req))
+}
+
+// finish reports the outcome and answers. mu is not held.
+func (a *parkedRequest) finish(g Grant, err error) {
+	a.answer(a.e.answered(a.rc.req, a.start, g, err))
 }
 
 // newReqCtx reads the requester's lineage (before mu is taken).
@@ -256,6 +345,13 @@ func (e *Engine) issueToken(ctx context.Context, req Request) (Grant, error) {
 	}
 	e.mu.Unlock()
 	return Grant{Token: tok}, nil
+}
+
+// newGrantLocked records a new explicit grant of h, numbered anew: with
+// token tok, or, deferred, with its token due.
+func (e *Engine) newGrantLocked(h *hold, tok uint64, deferred bool) {
+	e.grants++
+	h.grant, h.token, h.tokenDue, h.tokenWarned = e.grants, tok, deferred, false
 }
 
 // rollbackDropsMu undoes the implicit steps of a request that failed.

@@ -13,7 +13,9 @@ import (
 // holds, exemptions by lineage, FIFO; yield.go adds the lease's give-up);
 // takeDropsMu takes it once the lease covers it, or brings the lease up
 // (claimDropsMu, the backend call, with the claim's context claimCtx);
-// addHoldLocked records the hold.
+// addHoldLocked (state.go, beside the table it changes) records the hold.
+// While it waits for a claim, a request is in the lock's outside set
+// (outsideWait, below); its wait in the queue is wait.go's.
 
 // stepDropsMu takes one step of a plan: it waits until the step can be
 // granted locally and the lease covers it, then records the hold. mu is
@@ -49,6 +51,38 @@ func (sw *stepWait) endDropsMu(e *Engine, s step) {
 	}
 	sw.out.leaveLocked()
 	*sw = stepWait{}
+}
+
+// outsideWait is a request's entry in a lock's outside set (lockState.
+// outside) while it waits for the backend's claim.
+type outsideWait struct {
+	w  *waiter
+	ls *lockState
+}
+
+// enterLocked registers the request once. A request already queued keeps
+// its queue entry (status shows it once, as waiting outside).
+func (o *outsideWait) enterLocked(e *Engine, ls *lockState, s step, rc *reqCtx, w *waiter) {
+	if o.w != nil {
+		return
+	}
+	o.w, o.ls = w, ls
+	if o.w == nil {
+		o.w = &waiter{step: s, rc: rc, since: e.now()}
+	}
+	if ls.outside == nil {
+		ls.outside = make(map[*waiter]struct{})
+	}
+	ls.outside[o.w] = struct{}{}
+}
+
+// leaveLocked undoes enterLocked; a later enterLocked registers the
+// request again.
+func (o *outsideWait) leaveLocked() {
+	if o.w != nil {
+		delete(o.ls.outside, o.w)
+	}
+	*o = outsideWait{}
 }
 
 // errSleep: tryStepDropsMu left the step queued, to be looked at again
@@ -321,45 +355,4 @@ func (c *claimCtx) end() {
 		c.unreg()
 		c.cancel()
 	}
-}
-
-// addHoldLocked records a granted step. A hold only adds conflicts, so it
-// wakes no waiter, except those that descend from its process: they may
-// now jump the queue (privilegedLocked).
-func (e *Engine) addHoldLocked(ls *lockState, s step, rc *reqCtx) {
-	h := ls.holds[rc.req.Owner]
-	if h == nil {
-		h = &hold{owner: rc.req.Owner, id: ls.id, tid: int32(rc.req.TID), uid: rc.req.UID, since: e.now(), ino: rc.req.Ino}
-		e.setTakerLocked(h, rc.lineage)
-		ls.insert(h)
-	}
-	if s.explicit {
-		if h.explicit != s.mode {
-			h.since = e.now()
-		}
-		ls.change(h, func() { h.explicit = s.mode })
-		if rc.lineage.Self() != h.lineage.Self() || len(h.heirs) > 0 || h.scanned {
-			e.setTakerLocked(h, rc.lineage)
-		}
-		h.lineage, h.tid, h.uid = rc.lineage, int32(rc.req.TID), rc.req.UID
-		if rc.req.Ino != 0 {
-			h.ino = rc.req.Ino
-		}
-		if s.id.Kind == KindUsage {
-			e.usage[h] = struct{}{}
-		}
-	} else {
-		ls.change(h, func() { h.implicit++ })
-	}
-	ls.notifyLocked()
-	if p := rc.lineage.Self(); p != (ProcID{}) {
-		e.wakeUnderHoldLocked(ls, p, h)
-	}
-}
-
-// dropHoldLocked removes h from the table.
-func (e *Engine) dropHoldLocked(ls *lockState, h *hold) {
-	ls.remove(h)
-	delete(e.usage, h)
-	e.untrackAllLocked(h)
 }

@@ -2,7 +2,6 @@ package lockmgr
 
 import (
 	"context"
-	"time"
 )
 
 // Waits without a goroutine.
@@ -20,93 +19,14 @@ import (
 // parks again. The context's end resumes it too, through
 // context.AfterFunc, which starts no goroutine until the context ends.
 //
+// AcquireAsync, the request it keeps (parkedRequest) and the loop over its
+// steps (runUnlocksMu) are acquire.go's, beside Acquire; this file holds
+// the park and the resumption.
+//
 // Only the wait in a queue parks. The rarer waits stay on the goroutine
 // that runs the request, as in Acquire: a backend claim or another
 // request's backend call, a conversion of an explicit hold, and a thread's
 // wait for its own hold (selfDeadlockGrace).
-
-// AcquireAsync asks for the lock of req as Acquire does and calls answer
-// exactly once with what Acquire would have returned. It does not wait for
-// the request to sleep in a queue: if the request is answered without
-// sleeping there, answer runs on the caller's goroutine before
-// AcquireAsync returns; otherwise AcquireAsync returns once the request is
-// queued, and answer runs later on a goroutine the engine starts when the
-// request is woken (granted, refused, cancelled by ctx, or the engine
-// closed). answer is called without the engine's lock held.
-func (e *Engine) AcquireAsync(ctx context.Context, req Request, answer func(Grant, error)) {
-	if err := req.validate(); err != nil {
-		answer(e.invalid(req, err))
-		return
-	}
-	a := &parkedRequest{e: e, ctx: ctx, answer: answer}
-	if e.obs != nil {
-		a.start = time.Now()
-	}
-	a.rc = e.newReqCtx(req)
-	e.mu.Lock()
-	ls, h, err := e.admitLocked(a.rc)
-	if err != nil {
-		e.mu.Unlock()
-		a.finish(Grant{}, err)
-		return
-	}
-	if h != nil {
-		a.finish(e.convertUnlocksMu(ctx, ls, h, a.rc))
-		return
-	}
-	a.steps = plan(req.Lock, req.Mode)
-	a.runUnlocksMu()
-}
-
-// parkedRequest is a request of AcquireAsync between its steps.
-type parkedRequest struct {
-	// Constant data
-	e      *Engine
-	ctx    context.Context
-	rc     *reqCtx
-	steps  []step
-	start  time.Time // for the observer
-	answer func(Grant, error)
-
-	// Mutable state, GUARDED_BY(e.mu) while the request is parked; owned
-	// by the goroutine that runs it otherwise.
-	// i is the step being taken.
-	i int
-	// sw is step i's wait.
-	sw stepWait
-	// stop ends the watch of ctx while parked (context.AfterFunc).
-	stop func() bool
-}
-
-// runUnlocksMu takes the steps from a.i on until the request is answered or
-// parks. mu is held on entry and dropped on return.
-func (a *parkedRequest) runUnlocksMu() {
-	e := a.e
-	for a.i < len(a.steps) {
-		s := a.steps[a.i]
-		err := e.tryStepDropsMu(a.ctx, s, a.rc, &a.sw)
-		if err == errSleep {
-			var parked bool
-			if parked, err = a.parkDropsMu(); parked {
-				e.mu.Unlock()
-				return
-			}
-			if err == nil {
-				continue // woken already: look again
-			}
-		}
-		a.sw.endDropsMu(e, s)
-		if err != nil {
-			e.rollbackDropsMu(a.steps[:a.i], a.rc.req.Owner)
-			e.mu.Unlock()
-			a.finish(Grant{}, err)
-			return
-		}
-		a.i++
-	}
-	e.mu.Unlock()
-	a.finish(e.issueToken(a.ctx, a.rc.req))
-}
 
 // parkDropsMu parks the request, queued as a.sw.w, until it is woken; it
 // reports whether it did. It does not park if sleepDropsMu would return at
@@ -173,9 +93,4 @@ func (a *parkedRequest) resumeUnlocksMu(err error) {
 		return
 	}
 	a.runUnlocksMu()
-}
-
-// finish reports the outcome and answers. mu is not held.
-func (a *parkedRequest) finish(g Grant, err error) {
-	a.answer(a.e.answered(a.rc.req, a.start, g, err))
 }

@@ -241,3 +241,47 @@ func (e *Engine) lockLocked(id LockID) *lockState {
 	}
 	return ls
 }
+
+// The table's entries change as steps are granted (grant.go calls
+// addHoldLocked) and released (release.go, dropHoldLocked).
+
+// addHoldLocked records a granted step. A hold only adds conflicts, so it
+// wakes no waiter, except those that descend from its process: they may
+// now jump the queue (privilegedLocked).
+func (e *Engine) addHoldLocked(ls *lockState, s step, rc *reqCtx) {
+	h := ls.holds[rc.req.Owner]
+	if h == nil {
+		h = &hold{owner: rc.req.Owner, id: ls.id, tid: int32(rc.req.TID), uid: rc.req.UID, since: e.now(), ino: rc.req.Ino}
+		e.setTakerLocked(h, rc.lineage)
+		ls.insert(h)
+	}
+	if s.explicit {
+		if h.explicit != s.mode {
+			h.since = e.now()
+		}
+		ls.change(h, func() { h.explicit = s.mode })
+		if rc.lineage.Self() != h.lineage.Self() || len(h.heirs) > 0 || h.scanned {
+			e.setTakerLocked(h, rc.lineage)
+		}
+		h.lineage, h.tid, h.uid = rc.lineage, int32(rc.req.TID), rc.req.UID
+		if rc.req.Ino != 0 {
+			h.ino = rc.req.Ino
+		}
+		if s.id.Kind == KindUsage {
+			e.usage[h] = struct{}{}
+		}
+	} else {
+		ls.change(h, func() { h.implicit++ })
+	}
+	ls.notifyLocked()
+	if p := rc.lineage.Self(); p != (ProcID{}) {
+		e.wakeUnderHoldLocked(ls, p, h)
+	}
+}
+
+// dropHoldLocked removes h from the table.
+func (e *Engine) dropHoldLocked(ls *lockState, h *hold) {
+	ls.remove(h)
+	delete(e.usage, h)
+	e.untrackAllLocked(h)
+}

@@ -37,13 +37,6 @@ import (
 // tokenIssueTimeout bounds the issuance of one deferred token.
 const tokenIssueTimeout = 5 * time.Second
 
-// newGrantLocked records a new explicit grant of h, numbered anew: with
-// token tok, or, deferred, with its token due.
-func (e *Engine) newGrantLocked(h *hold, tok uint64, deferred bool) {
-	e.grants++
-	h.grant, h.token, h.tokenDue, h.tokenWarned = e.grants, tok, deferred, false
-}
-
 // dueToken is a grant whose token is due, with the lease to ask for it.
 type dueToken struct {
 	ls    *lockState

@@ -5,38 +5,6 @@ import (
 	"time"
 )
 
-// outsideWait is a request's entry in a lock's outside set (lockState.
-// outside) while it waits for the backend's claim.
-type outsideWait struct {
-	w  *waiter
-	ls *lockState
-}
-
-// enterLocked registers the request once. A request already queued keeps
-// its queue entry (status shows it once, as waiting outside).
-func (o *outsideWait) enterLocked(e *Engine, ls *lockState, s step, rc *reqCtx, w *waiter) {
-	if o.w != nil {
-		return
-	}
-	o.w, o.ls = w, ls
-	if o.w == nil {
-		o.w = &waiter{step: s, rc: rc, since: e.now()}
-	}
-	if ls.outside == nil {
-		ls.outside = make(map[*waiter]struct{})
-	}
-	ls.outside[o.w] = struct{}{}
-}
-
-// leaveLocked undoes enterLocked; a later enterLocked registers the
-// request again.
-func (o *outsideWait) leaveLocked() {
-	if o.w != nil {
-		delete(o.ls.outside, o.w)
-	}
-	*o = outsideWait{}
-}
-
 // selfWait is the grace of a thread that waits for its own hold.
 type selfWait struct {
 	timer <-chan time.Time // running while the thread waits for itself

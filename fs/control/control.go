@@ -70,12 +70,6 @@ var (
 	_ fusefs.NodeForgetter = (*controlNode)(nil)
 )
 
-// lockID is the lock this control file takes now. It is computed from the
-// directory node at each request, so that it follows a renamed directory.
-func (n *controlNode) lockID() lockmgr.LockID {
-	return lockmgr.LockID{Path: n.dir.LockPath(), Kind: n.kind}
-}
-
 // Attr describes an empty regular file, mode 0666, owned by the directory's
 // owner. Derived from the directory's attributes, it may be cached as long.
 func (n *controlNode) Attr(ctx context.Context, a *fuse.Attr) error {

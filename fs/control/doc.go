@@ -11,12 +11,13 @@
 //     of it (Config) and of each directory (Dir), their inode numbers;
 //   - control.go: the nodes and handles, their attributes, the note a
 //     descriptor writes;
-//   - lock.go: lock requests and F_GETLK, with the owners (flock: the
-//     open file description; POSIX and OFD: the kernel's lock owner) and
-//     a request that follows its renamed directory;
+//   - lock.go: lock requests and F_GETLK, read top down: the lock a
+//     control file takes, the owners (flock: the open file description;
+//     POSIX and OFD: the kernel's lock owner), the permission on the
+//     directory, and a request that follows its renamed directory;
 //   - release.go: unlock, and the releases at Flush and Release;
-//   - lockcheck.go: permission on the directory, the one map from a lock
-//     error to its errno, and the log line of a refusal;
+//   - lockcheck.go: the one map from a lock error to its errno, and the
+//     log line of a refusal;
 //   - refusals.go: how often a refusal is logged, and who was in the way;
 //   - status.go: the status text a read returns (SPEC §6);
 //   - owners.go: the per-node record of which owner locked through which

@@ -11,6 +11,7 @@ import (
 	fusefs "bazil.org/fuse/fs"
 	"github.com/sirupsen/logrus"
 
+	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -108,6 +109,12 @@ func (h *controlHandle) newCall(op string, hdr *fuse.Header, lk fuse.FileLock, f
 	}
 }
 
+// lockID is the lock this control file takes now. It is computed from the
+// directory node at each request, so that it follows a renamed directory.
+func (n *controlNode) lockID() lockmgr.LockID {
+	return lockmgr.LockID{Path: n.dir.LockPath(), Kind: n.kind}
+}
+
 // lockOwner maps a request's lock family and kernel owner to the engine's
 // owner (see # Owners).
 func (h *controlHandle) lockOwner(flags fuse.LockFlags, owner fuse.LockOwner) lockmgr.Owner {
@@ -200,6 +207,38 @@ func (h *controlHandle) admit(ctx context.Context, req *fuse.LockRequest, wait b
 		return call, c.refuse(call, err)
 	}
 	return call, nil
+}
+
+// permit checks the requester's permission on the directory (SPEC §3): a
+// shared lock needs read permission, an exclusive one (and so every usage
+// lock) write permission. Root may take any lock.
+func (n *controlNode) permit(ctx context.Context, call lockCall) error {
+	if call.uid == 0 {
+		return nil
+	}
+	need := uint32(4) // r
+	if call.mode == lockmgr.Exclusive || n.kind == lockmgr.KindUsage {
+		need = 2 // w
+	}
+	var a fuse.Attr
+	if err := n.dir.Attr(ctx, &a); err != nil {
+		return fmt.Errorf("directory attributes: %w", err)
+	}
+	perm := uint32(a.Mode.Perm())
+	var bits uint32
+	switch {
+	case call.uid == a.Uid:
+		bits = perm >> 6
+	case call.gid == a.Gid || procinfo.InGroups("", call.tid, a.Gid):
+		bits = perm >> 3
+	default:
+		bits = perm
+	}
+	if bits&need == 0 {
+		return fmt.Errorf("%s lock needs %s permission on %q: %w",
+			call.mode, map[uint32]string{4: "read", 2: "write"}[need], call.id.Path, errPermission)
+	}
+	return nil
 }
 
 // granted finishes a request the engine answered with err: a refusal is

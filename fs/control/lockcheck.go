@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"syscall"
 
@@ -11,41 +10,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/lockfs/lockfs/internal/procinfo"
 	"github.com/lockfs/lockfs/lockmgr"
 )
-
-// permit checks the requester's permission on the directory (SPEC §3): a
-// shared lock needs read permission, an exclusive one (and so every usage
-// lock) write permission. Root may take any lock.
-func (n *controlNode) permit(ctx context.Context, call lockCall) error {
-	if call.uid == 0 {
-		return nil
-	}
-	need := uint32(4) // r
-	if call.mode == lockmgr.Exclusive || n.kind == lockmgr.KindUsage {
-		need = 2 // w
-	}
-	var a fuse.Attr
-	if err := n.dir.Attr(ctx, &a); err != nil {
-		return fmt.Errorf("directory attributes: %w", err)
-	}
-	perm := uint32(a.Mode.Perm())
-	var bits uint32
-	switch {
-	case call.uid == a.Uid:
-		bits = perm >> 6
-	case call.gid == a.Gid || procinfo.InGroups("", call.tid, a.Gid):
-		bits = perm >> 3
-	default:
-		bits = perm
-	}
-	if bits&need == 0 {
-		return fmt.Errorf("%s lock needs %s permission on %q: %w",
-			call.mode, map[uint32]string{4: "read", 2: "write"}[need], call.id.Path, errPermission)
-	}
-	return nil
-}
 
 // lockErrno maps an error of a lock call to the errno the caller sees
 // (SPEC §3). It is the one place that does.

@@ -118,10 +118,20 @@ func read(root *call, hook func(file string) bool) path {
 	return p
 }
 
+// hookFile reports whether file holds hooks around the request, which a
+// reader following the lock does not need to open: the observer's
+// (observerHook) and the FUSE server's (fs/interrupt.go: WithContext and
+// Finish, the interrupt registration and the request's timing). The
+// server's hooks were outside the handler's path until LockWaitDeferred,
+// whose answer runs Finish inside the handler when the lock is granted at
+// once.
+func hookFile(file string) bool {
+	return observerHook(file) || file == "fs/interrupt.go"
+}
+
 // observerHook reports whether file holds the engine's observer hooks
 // (lockmgr.Observer, its Outcome) or their implementations in the daemon
-// (the slow-wait watch) and metrics: bookkeeping around the request that
-// a reader following the lock does not need to open.
+// (the slow-wait watch) and metrics: bookkeeping around the request.
 func observerHook(file string) bool {
 	return file == "lockmgr/observer.go" || file == "daemon/slowwait.go" || strings.HasPrefix(file, "metrics/")
 }

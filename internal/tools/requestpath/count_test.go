@@ -182,3 +182,19 @@ func (h *handle) LockWait() error {
 		}
 	}
 }
+
+// The server's Finish hook, which a deferred answer runs inside the
+// handler, is left out with the observer's; the request's own files are not.
+func TestHookFiles(t *testing.T) {
+	for file, want := range map[string][2]bool{
+		"fs/interrupt.go":     {true, false},
+		"lockmgr/observer.go": {true, true},
+		"metrics/metrics.go":  {true, true},
+		"fs/control/lock.go":  {false, false},
+		"lockmgr/acquire.go":  {false, false},
+	} {
+		if got := [2]bool{hookFile(file), observerHook(file)}; got != want {
+			t.Errorf("%s: hookFile, observerHook = %v, want %v", file, got, want)
+		}
+	}
+}

@@ -98,9 +98,10 @@ func count(trace, from, lock, rev string, steps bool, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	h, r, x := read(root, observerHook), read(root, nil), executed(root)
+	h, o, r, x := read(root, hookFile), read(root, observerHook), read(root, nil), executed(root)
 	fmt.Fprintf(w, "flock -x %s at %s, from %s:\n", lock, rev, root.fn)
-	fmt.Fprintf(w, "  read once, without the observer's hooks: %2d files, %3d returns to a file left before\n", len(h.files), h.total())
+	fmt.Fprintf(w, "  read once, without hooks:                %2d files, %3d returns to a file left before\n", len(h.files), h.total())
+	fmt.Fprintf(w, "  read once, without the observer's hooks: %2d files, %3d returns (before 2026-12-03 evening)\n", len(o.files), o.total())
 	fmt.Fprintf(w, "  read once:                               %2d files, %3d returns\n", len(r.files), r.total())
 	fmt.Fprintf(w, "  every call executed:                     %2d files, %3d returns\n", len(x.files), x.total())
 	fmt.Fprintf(w, "  %-36s %8s %8s %8s\n", "returns per file", "no hooks", "read", "executed")
@@ -108,7 +109,7 @@ func count(trace, from, lock, rev string, steps bool, w io.Writer) error {
 		fmt.Fprintf(w, "  %-36s %8d %8d %8d\n", file, h.returns[file], r.returns[file], x.returns[file])
 	}
 	if steps {
-		fmt.Fprintln(w, "read once, without the observer's hooks:", h.describe())
+		fmt.Fprintln(w, "read once, without hooks:", h.describe())
 		fmt.Fprintln(w, "every call executed:", x.describe())
 	}
 	return nil
