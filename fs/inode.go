@@ -110,30 +110,33 @@ func goMode(m uint32) os.FileMode {
 	case unix.S_IFSOCK:
 		mode |= os.ModeSocket
 	}
-	if m&unix.S_ISUID != 0 {
-		mode |= os.ModeSetuid
-	}
-	if m&unix.S_ISGID != 0 {
-		mode |= os.ModeSetgid
-	}
-	if m&unix.S_ISVTX != 0 {
-		mode |= os.ModeSticky
+	for _, b := range specialBits {
+		if m&b.unix != 0 {
+			mode |= b.mode
+		}
 	}
 	return mode
+}
+
+// specialBits pairs the setuid, setgid and sticky bits of a unix mode with
+// their os.FileMode flags, for goMode and unixPerm. Never written.
+var specialBits = [...]struct {
+	unix uint32
+	mode os.FileMode
+}{
+	{unix.S_ISUID, os.ModeSetuid},
+	{unix.S_ISGID, os.ModeSetgid},
+	{unix.S_ISVTX, os.ModeSticky},
 }
 
 // unixPerm converts the permission bits of an os.FileMode (with setuid,
 // setgid and sticky) to a unix mode.
 func unixPerm(m os.FileMode) uint32 {
 	p := uint32(m.Perm())
-	if m&os.ModeSetuid != 0 {
-		p |= unix.S_ISUID
-	}
-	if m&os.ModeSetgid != 0 {
-		p |= unix.S_ISGID
-	}
-	if m&os.ModeSticky != 0 {
-		p |= unix.S_ISVTX
+	for _, b := range specialBits {
+		if m&b.mode != 0 {
+			p |= b.unix
+		}
 	}
 	return p
 }
