@@ -27,7 +27,7 @@ func (d *Daemon) startServices(cfg *Config, m *metrics.Metrics) error {
 		}
 		d.admin = srv
 	}
-	d.waits = newWaitWatch(d.engine.Snapshot, cfg.SlowWait, d.log)
+	d.waits = newWaitWatch(d.engine.SnapshotWaited, cfg.SlowWait, d.log)
 	d.waits.start()
 	if cfg.MetricsAddr == "" {
 		return nil

@@ -52,7 +52,7 @@ const maxWaitLines = 10
 
 // waitWatch logs, while they last, the waits longer than a threshold: once
 // when a wait passes it, and every waitRepeat after, naming the lock, the
-// waiter and who is in its way. It reads the engine's table (Snapshot)
+// waiter and who is in its way. It reads the locks waited for (SnapshotWaited)
 // every poll.
 type waitWatch struct {
 	// Dependencies

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -444,4 +445,49 @@ func eventuallyLock(t *testing.T, e *Engine, id LockID, what string, cond func(l
 		defer e.mu.Unlock()
 		return cond(e.locks[id])
 	})
+}
+
+// TestSnapshotWaitedOnlyWaitedFor: SnapshotWaited shows the locks that
+// have waiters, with their holders and waiters as Snapshot shows them, and
+// no lock that is only held (control: Snapshot shows those too).
+func TestSnapshotWaitedOnlyWaitedFor(t *testing.T) {
+	tree, host := newFakeTree(), newMemHost()
+	tree.add(100, 1)
+	tree.add(200, 1)
+	e := newTestEngine(t, tree, host)
+	defer e.Close()
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if _, err := e.Acquire(ctx, Request{Lock: LockID{Path: fmt.Sprintf("d%d/x", i), Kind: KindDir}, Mode: Exclusive,
+			Owner: Owner{OwnerFile, 1}, TID: 100}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waited := LockID{Path: "d0/x", Kind: KindDir}
+	wctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(wctx, Request{Lock: waited, Mode: Shared, Owner: Owner{OwnerFile, 2}, TID: 200, Wait: true})
+		errc <- err
+	}()
+	waitQueued(t, e, waited, 1)
+	all, got := e.Snapshot(), e.SnapshotWaited()
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("waiter: %v, want canceled", err)
+	}
+	if len(all) < 4 { // d0/x, d1/x, d2/x and their ancestors
+		t.Errorf("control: Snapshot shows %d locks, want the 3 held and their ancestors", len(all))
+	}
+	if len(got) != 1 || got[0].Lock != waited {
+		t.Fatalf("SnapshotWaited = %+v, want %s alone", got, waited)
+	}
+	for _, st := range all {
+		if st.Lock == waited && !reflect.DeepEqual(st, got[0]) {
+			t.Errorf("SnapshotWaited shows %+v, Snapshot %+v", got[0], st)
+		}
+	}
+	if got := e.SnapshotWaited(); len(got) != 0 {
+		t.Errorf("after the wait ended, SnapshotWaited = %+v, want none", got)
+	}
 }

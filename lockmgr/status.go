@@ -221,11 +221,26 @@ func (e *Engine) Claims(ctx context.Context, id LockID) ([]ClaimRecord, error) {
 // asks the leases for their descriptions after releasing it, so that a
 // metrics scrape never holds up lock requests for a backend.
 func (e *Engine) Snapshot() []LockStatus {
+	return e.snapshot(func(ls *lockState) bool { return len(ls.holds) > 0 || ls.nQueue > 0 || len(ls.outside) > 0 })
+}
+
+// SnapshotWaited is Snapshot of the locks that have waiters (queued, or
+// waiting for the backend's claim) only. It walks the table under
+// Engine.mu but copies only those, so that a watch of long waits that
+// reads it every second costs a daemon holding 100,000 locks next to
+// nothing: Snapshot copied every holder of each (each lock's ancestors
+// list one holder per lock below), about 3 KiB of garbage per held lock
+// each time.
+func (e *Engine) SnapshotWaited() []LockStatus {
+	return e.snapshot(func(ls *lockState) bool { return ls.nQueue > 0 || len(ls.outside) > 0 })
+}
+
+// snapshot is Snapshot of the locks pick keeps.
+func (e *Engine) snapshot(pick func(*lockState) bool) []LockStatus {
 	e.mu.Lock()
-	out := make([]LockStatus, 0, len(e.locks))
-	leases := make([]Lease, 0, len(e.locks))
+	out, leases := make([]LockStatus, 0), []Lease(nil)
 	for _, ls := range e.locks {
-		if len(ls.holds) == 0 && ls.nQueue == 0 && len(ls.outside) == 0 {
+		if !pick(ls) {
 			continue
 		}
 		st, lease := e.statusLocked(ls)
