@@ -102,16 +102,44 @@ func raiseGOMAXPROCS() {
 // mostly its waiting lock requests, one goroutine of 8 KiB each, which
 // allocate nothing while they wait: 10,000 of them made the collector let
 // 80 MiB more garbage pile up, and the drain of 10,000 waiters peaked at
-// 253 MiB RSS (bench drain_10k_rss_mb). stackTracker sets a soft memory
-// limit that leaves the heap GOGC % of its live size (and the ballast) to
-// grow into and no more: the stacks are counted once, as what they are.
-// When the stacks are small the collector's own goal comes first and the
-// limit changes nothing. It is left off when GOGC or GOMEMLIMIT is set.
+// 253 MiB RSS (bench drain_10k_rss_mb). And a daemon holding many locks
+// has a large live heap (about 5 KiB per held lock) but, once they are
+// taken, allocates little: GOGC 100 let the heap of one holding 100,000
+// locks on gcs grow by another 500 MiB of garbage, an RSS twice its live
+// heap (bench held_100k_rss_mb).
+//
+// trackMemoryLimit sets a soft memory limit that leaves the heap room to
+// grow by what it allocates, not by what it keeps: the room is what the
+// daemon would allocate in allocWindow at the highest rate it allocated
+// at over the last allocLookback, at least minHeapHeadroom and at most the
+// live heap (GOGC 100's room). The stacks are counted once, as what they
+// are. A busy daemon (a sequential read allocates hundreds of MB/s) is at
+// GOGC 100, an idle large one keeps little garbage, one whose live heap
+// (ballast included) is under minHeapHeadroom is where it was.
+//
+// So that the collector cannot thrash: a collection costs CPU in
+// proportion to the live heap it marks, and collections come no more often
+// than GOGC 100 would have them, or once per allocWindow at the daemon's
+// recent peak rate, or once per minHeapHeadroom allocated, whichever is
+// the least often. A burst after a quiet allocLookback starts with
+// minHeapHeadroom's room for up to one look (memoryLimitEvery), Go's
+// limiter capping the collector at half the CPU meanwhile. It is left off
+// when GOGC or GOMEMLIMIT is set.
 
-// memoryLimitEvery is how often the limit follows the live heap and the
-// stacks. A heap that grows faster meanwhile makes collections more
-// frequent until the next look, the limiter capping them at half the CPU.
+// memoryLimitEvery is how often the limit follows the live heap, the
+// stacks and the allocation rate. A heap that grows faster meanwhile makes
+// collections more frequent until the next look, the limiter capping them
+// at half the CPU.
 const memoryLimitEvery = 500 * time.Millisecond
+
+// allocWindow is how long the heap has room to allocate for at the
+// recent peak rate: at a steady rate, one collection per allocWindow.
+const allocWindow = 10 * time.Second
+
+// allocLookback is how far back the peak rate is taken: once the daemon
+// has been quiet that long (the set-up of many locks done), the room
+// shrinks and the garbage of the burst is returned to the OS.
+const allocLookback = 2 * time.Second
 
 // memorySample is what the limit is computed from (runtime/metrics, bytes).
 type memorySample struct {
@@ -119,11 +147,13 @@ type memorySample struct {
 	total    uint64 // /memory/classes/total
 	released uint64 // /memory/classes/heap/released
 	heap     uint64 // /memory/classes/heap/{objects,unused,free}
+	allocs   uint64 // /gc/heap/allocs: all the heap allocated so far
 }
 
 var memoryMetrics = []string{"/gc/heap/live:bytes", "/memory/classes/total:bytes",
 	"/memory/classes/heap/released:bytes", "/memory/classes/heap/objects:bytes",
-	"/memory/classes/heap/unused:bytes", "/memory/classes/heap/free:bytes"}
+	"/memory/classes/heap/unused:bytes", "/memory/classes/heap/free:bytes",
+	"/gc/heap/allocs:bytes"}
 
 func readMemorySample() memorySample {
 	samples := make([]metrics.Sample, len(memoryMetrics))
@@ -137,7 +167,7 @@ func readMemorySample() memorySample {
 		}
 		return samples[i].Value.Uint64()
 	}
-	return memorySample{live: v(0), total: v(1), released: v(2), heap: v(3) + v(4) + v(5)}
+	return memorySample{live: v(0), total: v(1), released: v(2), heap: v(3) + v(4) + v(5), allocs: v(6)}
 }
 
 // minHeapHeadroom is the least the heap may grow by between collections
@@ -145,16 +175,45 @@ func readMemorySample() memorySample {
 const minHeapHeadroom = 32 << 20
 
 // memoryLimit is the soft limit for sample s: what is not heap (stacks,
-// the runtime's metadata) plus the live heap plus as much again, at least
-// minHeapHeadroom. ok is false before the first collection has measured
-// the live heap.
-func memoryLimit(s memorySample) (limit int64, ok bool) {
+// the runtime's metadata) plus the live heap plus burst (what the daemon
+// allocates in allocWindow at its recent peak rate, allocPeak), at least
+// minHeapHeadroom and at most the live heap again. ok is false before the
+// first collection has measured the live heap.
+func memoryLimit(s memorySample, burst uint64) (limit int64, ok bool) {
 	if s.live == 0 {
 		return 0, false
 	}
 	mapped := s.total - s.released
 	nonHeap := mapped - min(s.heap, mapped)
-	return int64(nonHeap + s.live + max(s.live, minHeapHeadroom)), true
+	return int64(nonHeap + s.live + max(min(s.live, burst), minHeapHeadroom)), true
+}
+
+// allocPeak remembers how much was allocated between consecutive looks
+// over the last allocLookback.
+type allocPeak struct {
+	last uint64   // the allocs counter at the last look; 0 before the first
+	per  []uint64 // ring of the bytes allocated between looks
+	next int      // where per's next entry goes
+}
+
+func newAllocPeak() *allocPeak {
+	return &allocPeak{per: make([]uint64, allocLookback/memoryLimitEvery)}
+}
+
+// add records a look at the allocs counter and returns the burst: what
+// allocWindow at the highest rate of the looks of the last allocLookback
+// allocates.
+func (p *allocPeak) add(allocs uint64) (burst uint64) {
+	if p.last != 0 && allocs >= p.last {
+		p.per[p.next] = allocs - p.last
+		p.next = (p.next + 1) % len(p.per)
+	}
+	p.last = allocs
+	var peak uint64
+	for _, b := range p.per {
+		peak = max(peak, b)
+	}
+	return peak * uint64(allocWindow/memoryLimitEvery)
 }
 
 // trackMemoryLimit keeps the soft memory limit at memoryLimit until stop
@@ -171,8 +230,10 @@ func trackMemoryLimit(stop <-chan struct{}) (done <-chan struct{}) {
 		defer debug.SetMemoryLimit(math.MaxInt64)
 		tick := time.NewTicker(memoryLimitEvery)
 		defer tick.Stop()
+		peak := newAllocPeak()
 		for {
-			if limit, ok := memoryLimit(readMemorySample()); ok {
+			s := readMemorySample()
+			if limit, ok := memoryLimit(s, peak.add(s.allocs)); ok {
 				debug.SetMemoryLimit(limit)
 			}
 			select {

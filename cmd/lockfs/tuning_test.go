@@ -25,11 +25,12 @@ func TestRaiseGOMAXPROCS(t *testing.T) {
 	}
 }
 
-// TestMemoryLimitCountsStacksOnce: the limit leaves the heap room to grow
-// by its live size (at least minHeapHeadroom), whatever the goroutine
-// stacks: with 80 MiB of stacks (10,000 waiting lock requests) and 40 MiB
-// live, 80 MiB of heap, where Go's own goal (GOGC 100) allows 160 MiB;
-// with 1 MiB of stacks the two nearly agree and the limit changes little.
+// TestMemoryLimitCountsStacksOnce: the limit of a busy daemon leaves the
+// heap room to grow by its live size (at least minHeapHeadroom), whatever
+// the goroutine stacks: with 80 MiB of stacks (10,000 waiting lock
+// requests) and 40 MiB live, 80 MiB of heap, where Go's own goal (GOGC
+// 100) allows 160 MiB; with 1 MiB of stacks the two nearly agree and the
+// limit changes little.
 func TestMemoryLimitCountsStacksOnce(t *testing.T) {
 	const mib = 1 << 20
 	for _, c := range []struct {
@@ -43,7 +44,7 @@ func TestMemoryLimitCountsStacksOnce(t *testing.T) {
 		meta := uint64(8 * mib)
 		s := memorySample{live: c.live, heap: c.live + 10*mib, released: 2 * mib}
 		s.total = s.heap + s.released + c.stacks + meta
-		limit, ok := memoryLimit(s)
+		limit, ok := memoryLimit(s, 1<<40)
 		if !ok {
 			t.Fatalf("%s: no limit", c.name)
 		}
@@ -52,7 +53,59 @@ func TestMemoryLimitCountsStacksOnce(t *testing.T) {
 			t.Errorf("%s: the limit leaves the heap %d MiB, want %d (the collector's goal: %d MiB)", c.name, room/mib, c.room/mib, goal/mib)
 		}
 	}
-	if _, ok := memoryLimit(memorySample{total: 100 * mib}); ok {
+	if _, ok := memoryLimit(memorySample{total: 100 * mib}, 0); ok {
 		t.Error("a limit before the first collection measured the live heap")
+	}
+}
+
+// TestMemoryLimitFollowsAllocation: the heap's room is the daemon's recent
+// burst of allocation, at least minHeapHeadroom, at most the live heap: a
+// daemon with 500 MiB live that allocates little keeps 32 MiB of garbage,
+// not 500 (control: a burst above the live heap gives GOGC 100's room).
+func TestMemoryLimitFollowsAllocation(t *testing.T) {
+	const mib = 1 << 20
+	s := memorySample{live: 500 * mib, heap: 510 * mib}
+	s.total = s.heap + 20*mib
+	for _, c := range []struct {
+		name        string
+		burst, room uint64
+	}{
+		{"idle", 1 * mib, minHeapHeadroom},
+		{"busy", 100 * mib, 100 * mib},
+		{"very busy (control)", 2000 * mib, 500 * mib},
+	} {
+		limit, ok := memoryLimit(s, c.burst)
+		if !ok {
+			t.Fatalf("%s: no limit", c.name)
+		}
+		if room := uint64(limit) - 20*mib - s.live; room != c.room {
+			t.Errorf("%s: room for %d MiB of garbage, want %d", c.name, room/mib, c.room/mib)
+		}
+	}
+}
+
+// TestAllocPeak: the burst is allocWindow at the highest rate of the
+// looks within allocLookback, and forgets a peak older than that
+// (control: the peak is still there one look before).
+func TestAllocPeak(t *testing.T) {
+	p := newAllocPeak()
+	n, w := uint64(len(p.per)), uint64(allocWindow/memoryLimitEvery)
+	if b := p.add(1000); b != 0 {
+		t.Errorf("burst %d at the first look, want 0", b)
+	}
+	allocs := uint64(1000)
+	look := func(d uint64) uint64 { allocs += d; return p.add(allocs) }
+	look(10)
+	if b := look(50); b != 50*w {
+		t.Errorf("burst %d, want %d (50 per look)", b, 50*w)
+	}
+	for i := uint64(0); i < n-2; i++ {
+		look(10)
+	}
+	if b := look(10); b != 50*w {
+		t.Errorf("burst %d one look before the peak leaves the window, want %d", b, 50*w)
+	}
+	if b := look(10); b != 10*w {
+		t.Errorf("burst %d once the peak left the window, want %d", b, 10*w)
 	}
 }
