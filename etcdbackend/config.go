@@ -148,12 +148,7 @@ func (c Config) withDefaults() Config {
 	if c.NoWaitGrace == 0 {
 		c.NoWaitGrace = DefaultNoWaitGrace
 	}
-	if c.HostID == "" {
-		c.HostID = sessioncfg.DefaultHostID()
-	}
-	if c.Clock == nil {
-		c.Clock = BootClock{}
-	}
+	c.HostID, c.Clock = sessioncfg.HostDefaults(c.HostID, c.Clock)
 	return c
 }
 
@@ -212,4 +207,4 @@ func (c Config) timing() sessioncfg.Timing {
 }
 
 // randomHex returns n random bytes in hex.
-var randomHex = sessioncfg.RandomHex
+func randomHex(n int) string { return sessioncfg.RandomHex(n) }

@@ -159,12 +159,7 @@ func (c Config) withDefaults() Config {
 	if c.LockDelay == 0 {
 		c.LockDelay = c.TTL
 	}
-	if c.HostID == "" {
-		c.HostID = sessioncfg.DefaultHostID()
-	}
-	if c.Clock == nil {
-		c.Clock = BootClock{}
-	}
+	c.HostID, c.Clock = sessioncfg.HostDefaults(c.HostID, c.Clock)
 	return c
 }
 

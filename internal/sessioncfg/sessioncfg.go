@@ -1,7 +1,7 @@
 // Package sessioncfg is the configuration a network backend's host
 // session shares between gcsbackend and etcdbackend: its timing (TTL,
 // refresh interval, margin, request timeout, how long the store may fail),
-// their defaults and the rules between them, and the host id.
+// their defaults and the rules between them, the host id and the clock.
 package sessioncfg
 
 import (
@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/lockfs/lockfs/internal/clock"
 )
 
 // Timing is a session's timing.
@@ -65,6 +67,18 @@ func DefaultHostID() string {
 		h = "host"
 	}
 	return h + "-" + RandomHex(4)
+}
+
+// HostDefaults returns id and clk, each replaced by its default where it
+// is zero: DefaultHostID() and the host's CLOCK_BOOTTIME (clock.Boot).
+func HostDefaults(id string, clk clock.Clock) (string, clock.Clock) {
+	if id == "" {
+		id = DefaultHostID()
+	}
+	if clk == nil {
+		clk = clock.Boot{}
+	}
+	return id, clk
 }
 
 // CheckHostID reports a host id that is not printable UTF-8 of at most
