@@ -69,16 +69,10 @@ type Config struct {
 // Reserved names. The control files appear in every directory; the files
 // the lock backend keeps in SOURCE (the local backend's ..LOCK files, see
 // FS.backing) are never visible through the mount.
-var controlNames = map[string]lockmgr.Kind{
-	".lock":        lockmgr.KindDir,
-	".lock_newdir": lockmgr.KindNewDir,
-	".lock_usage":  lockmgr.KindUsage,
-}
 
 // controlKind reports whether name is a control file, and which lock it takes.
 func controlKind(name string) (lockmgr.Kind, bool) {
-	k, ok := controlNames[name]
-	return k, ok
+	return lockmgr.ControlKind(name)
 }
 
 // isBacking reports whether name is one of the files the lock backend keeps
@@ -90,7 +84,7 @@ func (f *FS) isBacking(name string) bool {
 // isReserved reports whether name may not be created, removed or renamed
 // through the mount: a control file or a backing file.
 func (f *FS) isReserved(name string) bool {
-	_, ok := controlNames[name]
+	_, ok := controlKind(name)
 	return ok || f.backing[name]
 }
 

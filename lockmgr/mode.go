@@ -120,6 +120,20 @@ func ControlName(k Kind) string {
 	return ".lock"
 }
 
+// ControlKind is the inverse of ControlName: the kind of the lock that the
+// control file name takes, and false if name is not a control file.
+func ControlKind(name string) (Kind, bool) {
+	switch name {
+	case ".lock":
+		return KindDir, true
+	case ".lock_newdir":
+		return KindNewDir, true
+	case ".lock_usage":
+		return KindUsage, true
+	}
+	return 0, false
+}
+
 // CleanPath normalises a directory path relative to the mount root: slash
 // separated, no leading slash, no "." elements, "." for the root. It rejects
 // paths with ".." elements.
