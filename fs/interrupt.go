@@ -260,6 +260,7 @@ func (f *FS) ServerConfig() *fusefs.Config {
 			interrupts.finish(req)
 		}}
 	}
+	names := new(opNames)
 	return &fusefs.Config{
 		WithContext: func(ctx context.Context, req fuse.Request) context.Context {
 			if _, ok := req.(*fuse.InterruptRequest); !ok {
@@ -270,7 +271,7 @@ func (f *FS) ServerConfig() *fusefs.Config {
 		Finish: func(ctx context.Context, req fuse.Request) {
 			interrupts.finish(req)
 			if start, ok := ctx.Value(opStartKey{}).(time.Time); ok {
-				observe(opName(req), time.Since(start))
+				observe(names.name(req), time.Since(start))
 			}
 		},
 	}
@@ -279,23 +280,26 @@ func (f *FS) ServerConfig() *fusefs.Config {
 // opStartKey is the context key of when a request began to be served.
 type opStartKey struct{}
 
-// opName names a request's operation for metrics: "*fuse.LookupRequest"
-// is "lookup". Each type's name is made once (opNames): every request is
-// timed, and formatting the name cost more than the histogram.
-func opName(req fuse.Request) string {
+// opNames names requests' operations for metrics: "*fuse.LookupRequest"
+// is "lookup". Each type's name is made once: every request is timed, and
+// formatting the name cost more than the histogram. ServerConfig makes one
+// for the server it configures.
+type opNames struct {
+	m sync.Map // reflect.Type → string
+}
+
+// name returns req's operation name.
+func (o *opNames) name(req fuse.Request) string {
 	t := reflect.TypeOf(req)
-	if name, ok := opNames.Load(t); ok {
+	if name, ok := o.m.Load(t); ok {
 		return name.(string)
 	}
 	name := fmt.Sprintf("%T", req)
 	name = strings.TrimPrefix(name, "*fuse.")
 	name = strings.ToLower(strings.TrimSuffix(name, "Request"))
-	opNames.Store(t, name)
+	o.m.Store(t, name)
 	return name
 }
-
-// opNames maps the type of a request to its opName.
-var opNames sync.Map // reflect.Type → string
 
 // Serve serves the FUSE connection conn with f until the kernel ends it
 // (unmount), then waits for the requests in flight. A lock wait among them

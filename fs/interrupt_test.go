@@ -277,8 +277,9 @@ func TestLazyCancelCtx(t *testing.T) {
 }
 
 // TestOpName: a request's metrics name is its type's, lower case, without
-// "Request", the same when it comes from opNames the second time.
+// "Request", the same when it comes from opNames' cache the second time.
 func TestOpName(t *testing.T) {
+	var names opNames
 	for _, tc := range []struct {
 		req  fuse.Request
 		want string
@@ -289,8 +290,8 @@ func TestOpName(t *testing.T) {
 		{&fuse.LookupRequest{}, "lookup"},
 	} {
 		for range 2 {
-			if got := opName(tc.req); got != tc.want {
-				t.Errorf("opName(%T) = %q, want %q", tc.req, got, tc.want)
+			if got := names.name(tc.req); got != tc.want {
+				t.Errorf("opNames.name(%T) = %q, want %q", tc.req, got, tc.want)
 			}
 		}
 	}
