@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -68,6 +69,9 @@ type Backend struct {
 	// inflight counts calls in progress, the sweeps and the contention
 	// poller. Add only under mu while !closed.
 	inflight sync.WaitGroup
+	// flockCalls counts the flock(2) calls made through flockNB, for
+	// tests.
+	flockCalls atomic.Uint64
 }
 
 // New opens SOURCE and returns a backend over it. It fails if cfg is

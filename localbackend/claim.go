@@ -75,7 +75,7 @@ func (b *Backend) claim(ctx context.Context, id lockmgr.LockID, mode lockmgr.Mod
 		// directory nobody holds a lock on), or that a rename of its
 		// directory took elsewhere (GuardTree): that flock guards
 		// nothing of id. Open the name again.
-		fdDo(f, func(fd int) error { return flockNB(fd, unix.LOCK_UN) })
+		fdDo(f, func(fd int) error { return b.flockNB(fd, unix.LOCK_UN) })
 		f.Close()
 		switch {
 		case err != nil:
@@ -164,7 +164,7 @@ func (b *Backend) claimOnce(ctx context.Context, id lockmgr.LockID, mode lockmgr
 		}
 	}
 	f := bk.file
-	err := fdDo(f, func(fd int) error { return flockNB(fd, how) })
+	err := fdDo(f, func(fd int) error { return b.flockNB(fd, how) })
 	switch {
 	case err == nil:
 	case !wouldBlock(err):
@@ -196,7 +196,7 @@ func (b *Backend) takeKept(rel string, shared bool) (k *keptFile, locked bool) {
 	if shared && time.Since(k.since) < b.keepFor {
 		return k, true
 	}
-	if err := fdDo(k.file, func(fd int) error { return flockNB(fd, unix.LOCK_UN) }); err != nil {
+	if err := fdDo(k.file, func(fd int) error { return b.flockNB(fd, unix.LOCK_UN) }); err != nil {
 		k.file.Close()
 		return nil, false
 	}
@@ -294,8 +294,8 @@ func fdDo(f *os.File, fn func(fd int) error) error {
 
 // flockNB applies a non-blocking flock(2) operation (how is LOCK_SH, LOCK_EX
 // or LOCK_UN; LOCK_NB is added). It never blocks a thread.
-func flockNB(fd int, how int) error {
-	flockCalls.Add(1)
+func (b *Backend) flockNB(fd int, how int) error {
+	b.flockCalls.Add(1)
 	return ignoringEINTR(func() error { return unix.Flock(fd, how|unix.LOCK_NB) })
 }
 

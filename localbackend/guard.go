@@ -68,7 +68,7 @@ func (b *Backend) GuardTree(dir string) (release func(), err error) {
 		unix.Close(dfd)
 		return nil, fmt.Errorf("refusing %s: not a regular file (mode %#o, %v)", rel, st.Mode, err)
 	}
-	if err := flockNB(fd, unix.LOCK_EX); err != nil {
+	if err := b.flockNB(fd, unix.LOCK_EX); err != nil {
 		unix.Close(fd)
 		unix.Close(dfd)
 		if wouldBlock(err) {

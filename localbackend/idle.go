@@ -129,7 +129,7 @@ func (b *Backend) putIdle(l *lease, shared bool) {
 		}
 		b.mu.Unlock()
 	}
-	if err := fdDo(l.file, func(fd int) error { return flockNB(fd, unix.LOCK_UN) }); err != nil {
+	if err := fdDo(l.file, func(fd int) error { return b.flockNB(fd, unix.LOCK_UN) }); err != nil {
 		b.forget(l)
 		l.file.Close()
 		return

@@ -1,7 +1,6 @@
 package localbackend
 
 import (
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -42,9 +41,6 @@ type keptFile struct {
 	backing
 	since time.Time // the release that first kept it
 }
-
-// flockCalls counts flock(2) calls made through flockNB, for tests.
-var flockCalls atomic.Uint64
 
 // keep keeps the released shared lease l's LOCK_SH if the keep is enabled,
 // there is room, and l's keepFor has not run out since it was first kept.
@@ -115,7 +111,7 @@ func (b *Backend) sweepKept() {
 // unkeep unlocks kept descriptors and keeps them as idle ones.
 func (b *Backend) unkeep(all []*keptFile) {
 	for _, k := range all {
-		if err := fdDo(k.file, func(fd int) error { return flockNB(fd, unix.LOCK_UN) }); err != nil {
+		if err := fdDo(k.file, func(fd int) error { return b.flockNB(fd, unix.LOCK_UN) }); err != nil {
 			k.file.Close()
 			continue
 		}

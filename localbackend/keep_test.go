@@ -53,11 +53,11 @@ func pair(t *testing.T, b *Backend) {
 // flocksPerPair counts the flock(2) calls of n depth-4 pairs.
 func flocksPerPair(t *testing.T, b *Backend, n int) float64 {
 	pair(t, b) // opens every backing file
-	before := flockCalls.Load()
+	before := b.flockCalls.Load()
 	for range n {
 		pair(t, b)
 	}
-	return float64(flockCalls.Load()-before) / float64(n)
+	return float64(b.flockCalls.Load()-before) / float64(n)
 }
 
 func TestKeptSharedClaimsSaveFlocks(t *testing.T) {

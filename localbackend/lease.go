@@ -131,7 +131,7 @@ func (l *lease) Convert(ctx context.Context, mode lockmgr.Mode, wait bool) error
 	}
 
 	if mode == lockmgr.Shared {
-		err := fdDo(l.file, func(fd int) error { return flockNB(fd, unix.LOCK_SH) })
+		err := fdDo(l.file, func(fd int) error { return l.b.flockNB(fd, unix.LOCK_SH) })
 		if err != nil {
 			return l.lose(fmt.Sprintf("downgrade failed: %v", err))
 		}
@@ -165,11 +165,11 @@ func (l *lease) Convert(ctx context.Context, mode lockmgr.Mode, wait bool) error
 func (l *lease) tryUpgrade() (bool, error) {
 	var exErr, shErr error
 	err := fdDo(l.file, func(fd int) error {
-		if exErr = flockNB(fd, unix.LOCK_EX); exErr != nil {
+		if exErr = l.b.flockNB(fd, unix.LOCK_EX); exErr != nil {
 			if testHookUpgradeGap != nil {
 				testHookUpgradeGap()
 			}
-			shErr = flockNB(fd, unix.LOCK_SH)
+			shErr = l.b.flockNB(fd, unix.LOCK_SH)
 		}
 		return nil
 	})

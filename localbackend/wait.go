@@ -87,7 +87,7 @@ func (b *Backend) waitFlock(ctx context.Context, f *os.File, mode lockmgr.Mode, 
 	if err := ctx.Err(); err != nil || runErr != nil {
 		// The child is reaped; undo a grant it may have got just before
 		// it was killed.
-		fdDo(f, func(fd int) error { return flockNB(fd, unix.LOCK_UN) })
+		fdDo(f, func(fd int) error { return b.flockNB(fd, unix.LOCK_UN) })
 		if b.closeCtx.Err() != nil {
 			return errBackendClosed
 		}
@@ -99,8 +99,8 @@ func (b *Backend) waitFlock(ctx context.Context, f *os.File, mode lockmgr.Mode, 
 	// Re-asserting the mode we hold is a no-op in the kernel; it checks
 	// that the child really locked our description.
 	how, _ := flockOp(mode) // mode was checked by Claim
-	if err := fdDo(f, func(fd int) error { return flockNB(fd, how) }); err != nil {
-		fdDo(f, func(fd int) error { return flockNB(fd, unix.LOCK_UN) })
+	if err := fdDo(f, func(fd int) error { return b.flockNB(fd, how) }); err != nil {
+		fdDo(f, func(fd int) error { return b.flockNB(fd, unix.LOCK_UN) })
 		return fmt.Errorf("%s reported the lock taken, but our descriptor does not hold it: %w", b.flockPath, err)
 	}
 	log.Debug("granted after wait")
