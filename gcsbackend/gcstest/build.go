@@ -84,12 +84,16 @@ func (k Kind) Args(port string) []string {
 // buildTimeout bounds one build of an emulator.
 const buildTimeout = 5 * time.Minute
 
+// built is one emulator's build in this process: made once, by Binary.
 type built struct {
 	once sync.Once
 	path string
 	err  error
 }
 
+// binaries is Binary's cache, one entry per kind: a test binary builds (or
+// finds in the Go build cache) each emulator once. Test support only: no
+// product code calls Binary. The map itself is never written.
 var binaries = map[Kind]*built{GCSEmu: {}, FakeGCSServer: {}}
 
 // Binary returns the path of the emulator binary of kind k, building it on

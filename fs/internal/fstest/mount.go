@@ -85,7 +85,8 @@ func Engine(t testing.TB, src string, log logrus.FieldLogger) *lockmgr.Engine {
 const ReaderGoroutine = "bazil.org/fuse/fs.(*Server).readLoop"
 
 // goroutinesChecked holds the tests whose first mount has registered
-// CheckGoroutines (CheckGoroutinesOnce).
+// CheckGoroutines (CheckGoroutinesOnce); each test's entry is deleted when
+// it ends. Test support only: fstest is imported by tests alone.
 var goroutinesChecked sync.Map
 
 // CheckGoroutinesOnce registers testutil.CheckGoroutines for t's first
