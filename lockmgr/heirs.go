@@ -180,7 +180,8 @@ var scanDescriptors = func(ctx context.Context, w ProcessWatcher, inos []uint64,
 // control file open for a moment (cat .lock, a waiter between its open and
 // its lock request) is a candidate of its own, and would otherwise leave
 // the hold to nobody for good. About 7 s in all, then the hold stays
-// nobody's until it is released.
+// nobody's until it is released. A variable only so that a test's control
+// can leave the rescans out; nothing else changes it.
 var heirRescans = []time.Duration{
 	20 * time.Millisecond, 80 * time.Millisecond, 320 * time.Millisecond,
 	1280 * time.Millisecond, 5120 * time.Millisecond,
