@@ -60,6 +60,16 @@ type Backend struct {
 	// before its transaction, as it once did, instead of applying the
 	// watch's deletions to its snapshot.
 	noApplyDeletes bool
+	// perLockWants is a test hook: a claim sees the wants of its own lock
+	// only, not those of its ancestors' directory locks: the old rule,
+	// under which a waiter for a directory is overtaken by claims inside
+	// it.
+	perLockWants bool
+	// wholeTreeWants is a test hook: an exclusive directory claim sees
+	// the wants inside the directory too, and a claim without wait is
+	// refused by any earlier want, waiting or not: the rule of 1a0c095,
+	// reverted because an idle want anywhere refused a claim of the root.
+	wholeTreeWants bool
 
 	// closeCtx is cancelled when Close begins: it ends waits and the
 	// background loops.

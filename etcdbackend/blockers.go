@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -12,35 +13,76 @@ import (
 
 // blockers returns the keys that keep a claim on c.id in mode from being
 // granted now: other hosts' conflicting claims, and the want keys of other
-// hosts queued before this one for a conflicting mode, unless this host
-// holds a claim that such a waiter waits for (it is ahead of them). Two
-// hosts that both hold the lock shared and both wait to upgrade would wait
-// for each other: the one queued later gets lockmgr.ErrDeadlock.
-func (b *Backend) blockers(snap *snapshot, c *ownClaim, sess *session, mode lockmgr.Mode, myWant int64) (keys []string, byClaims bool, err error) {
-	var out []string
+// hosts queued before this one (or before any want of this host, if it has
+// none yet) whose lock and mode conflict with the claim's, unless this
+// host holds a claim that such a waiter waits for (it is ahead of them).
+// Two hosts that both hold the lock shared and both wait to upgrade would
+// wait for each other: the one queued later gets lockmgr.ErrDeadlock.
+func (b *Backend) blockers(snap *snapshot, c *ownClaim, sess *session, mode lockmgr.Mode, myWant int64) (claims, wants []keyRecord, err error) {
 	for _, k := range snap.claims {
 		if k.sid != sess.sid && conflicts(k.id, k.mode, c.id, mode) {
-			out = append(out, k.key)
+			claims = append(claims, k)
 		}
 	}
-	byClaims = len(out) > 0
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	upgrading := c.sess == sess && c.mode == lockmgr.Shared && mode == lockmgr.Exclusive
 	for _, w := range snap.wants {
-		if w.sid == sess.sid || !lockmgr.Conflicts(w.mode, mode) || (myWant != 0 && w.rev > myWant) {
+		if w.sid == sess.sid || !conflicts(w.id, w.mode, c.id, mode) || (myWant != 0 && w.rev > myWant) {
 			continue
 		}
 		if upgrading && myWant != 0 && snap.holds(w.sid, c.id, lockmgr.Shared) {
-			b.mu.Unlock()
-			return nil, false, fmt.Errorf("%w: another host holds %s shared too and waits to upgrade, queued first", lockmgr.ErrDeadlock, c.id)
+			return nil, nil, fmt.Errorf("%w: another host holds %s shared too and waits to upgrade, queued first", lockmgr.ErrDeadlock, c.id)
 		}
 		if b.aheadOfLocked(sess, w.id, w.mode) {
 			continue
 		}
-		out = append(out, w.key)
+		wants = append(wants, w)
 	}
-	b.mu.Unlock()
-	return out, byClaims, nil
+	return claims, wants, nil
+}
+
+// keysOf returns the keys of the records.
+func keysOf(rs ...[]keyRecord) []string {
+	var out []string
+	for _, r := range rs {
+		for _, k := range r {
+			out = append(out, k.key)
+		}
+	}
+	return out
+}
+
+// waiting returns those of wants whose waiters wait for a claim: a claim
+// of a host other than the waiter's, conflicting with what it waits for,
+// in one read of the claim ranges of those waits. A want that waits for no
+// claim is a waiter about to claim, or one that has stopped waiting and
+// not yet deleted its want.
+func (b *Backend) waiting(ctx context.Context, giveUp time.Duration, wants []keyRecord) ([]keyRecord, error) {
+	var rs []keyRange
+	seen := map[keyRange]bool{}
+	for _, w := range wants {
+		for _, r := range b.claimRanges(w.id, w.mode) {
+			if !seen[r] {
+				seen[r] = true
+				rs = append(rs, r)
+			}
+		}
+	}
+	snap, err := b.read(ctx, giveUp, rs)
+	if err != nil {
+		return nil, err
+	}
+	var out []keyRecord
+	for _, w := range wants {
+		for _, k := range snap.claims {
+			if k.sid != w.sid && conflicts(k.id, k.mode, w.id, w.mode) {
+				out = append(out, w)
+				break
+			}
+		}
+	}
+	return out, nil
 }
 
 // aheadOfLocked reports whether this host holds a claim that a waiter for

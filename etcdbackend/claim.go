@@ -181,6 +181,7 @@ type acquisition struct {
 	// Mutable state
 	snap      *snapshot // nil: nothing read yet, try the claim on empty ranges
 	myWant    int64     // the create revision of this host's want key, or 0
+	wantOut   bool      // this host's want key may be in etcd (its write was sent)
 	graceUsed bool      // a claim without wait gave the holders NoWaitGrace
 }
 
@@ -191,8 +192,8 @@ func (b *Backend) acquire(ctx context.Context, c *ownClaim, sess *session, mode 
 		key: b.claimKey(c.id, sess.sid), wkey: b.wantKey(c.id, sess.sid), rs: b.ranges(c.id, mode),
 		val: newRecord(b.cfg.HostID, mode)}
 	defer func() {
-		if a.myWant != 0 {
-			b.deleteWant(a.wkey)
+		if a.wantOut {
+			b.deleteWant(a.sess, a.wkey)
 		}
 	}()
 	for {
@@ -216,15 +217,20 @@ func (b *Backend) acquire(ctx context.Context, c *ownClaim, sess *session, mode 
 
 // awaitTurn evaluates a's snapshot: if nothing blocks the claim it returns
 // false. Else, without wait, it fails with lockmgr.ErrWouldBlock unless
-// claims block it and the holders have not had their NoWaitGrace yet; it
-// puts the want (once), waits until a blocker changes, and returns true
-// with a.snap updated: evaluate again.
+// claims block it and the holders have not had their NoWaitGrace yet, or
+// only earlier waiters block it and none of them waits for a claim
+// (then it returns false: the claim goes); it puts the want (once), waits
+// until a blocker changes, and returns true with a.snap updated: evaluate
+// again.
 func (b *Backend) awaitTurn(ctx context.Context, a *acquisition) (bool, error) {
-	blockers, byClaims, err := b.blockers(a.snap, a.c, a.sess, a.mode, a.myWant)
-	if err != nil || len(blockers) == 0 {
+	claims, wants, err := b.blockers(a.snap, a.c, a.sess, a.mode, a.myWant)
+	if err != nil || len(claims)+len(wants) == 0 {
 		return false, err
 	}
-	if !a.wait && (a.graceUsed || !byClaims) {
+	if !a.wait && len(claims) == 0 {
+		return false, b.behindWaiters(ctx, a, wants)
+	}
+	if !a.wait && a.graceUsed {
 		return false, lockmgr.ErrWouldBlock
 	}
 	if err := b.giveBackWarm(ctx, a.c, a.sess, a.giveUp); err != nil {
@@ -236,13 +242,14 @@ func (b *Backend) awaitTurn(ctx context.Context, a *acquisition) (bool, error) {
 		// once (a watch from a past revision waits for the server's
 		// catch-up loop, up to 100 ms), and the claim's transaction after
 		// the wake compares with a snapshot that includes the want.
+		a.wantOut = true
 		if a.myWant, a.snap, err = b.putWant(ctx, a.giveUp, a.wkey, a.sess, a.mode, a.rs); err != nil {
 			return false, err
 		}
-		if blockers, _, err = b.blockers(a.snap, a.c, a.sess, a.mode, a.myWant); err != nil {
+		if claims, wants, err = b.blockers(a.snap, a.c, a.sess, a.mode, a.myWant); err != nil {
 			return false, err
 		}
-		if len(blockers) == 0 {
+		if len(claims)+len(wants) == 0 {
 			return true, nil
 		}
 	}
@@ -253,7 +260,7 @@ func (b *Backend) awaitTurn(ctx context.Context, a *acquisition) (bool, error) {
 		// want; held ones stay.
 		wctx, cancel = context.WithTimeout(ctx, b.cfg.NoWaitGrace)
 	}
-	deleted, reread, err := b.waitChange(wctx, a.sess, blockers, a.snap.rev)
+	deleted, reread, err := b.waitChange(wctx, a.sess, keysOf(claims, wants), a.snap.rev)
 	cancel()
 	if err != nil && (a.wait || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
 		return false, err
@@ -265,7 +272,7 @@ func (b *Backend) awaitTurn(ctx context.Context, a *acquisition) (bool, error) {
 		// the snapshot's revision, so a key written since makes it fail
 		// and read instead.
 		next := a.snap.without(deleted)
-		if bl, _, err := b.blockers(next, a.c, a.sess, a.mode, a.myWant); err == nil && len(bl) == 0 {
+		if c, w, err := b.blockers(next, a.c, a.sess, a.mode, a.myWant); err == nil && len(c)+len(w) == 0 {
 			a.snap = next
 			return true, nil
 		}
@@ -274,6 +281,26 @@ func (b *Backend) awaitTurn(ctx context.Context, a *acquisition) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// behindWaiters decides a claim without wait that only other hosts'
+// earlier waiters block (wants): it is refused (lockmgr.ErrWouldBlock) if
+// one of them waits for a claim, since that waiter's turn comes first;
+// else (each is about to claim, or has stopped waiting and not yet
+// deleted its want) it returns nil and the claim goes, so that a want
+// that waits for nothing never refuses a claim without wait.
+func (b *Backend) behindWaiters(ctx context.Context, a *acquisition, wants []keyRecord) error {
+	if b.perLockWants || b.wholeTreeWants {
+		return lockmgr.ErrWouldBlock // the old rules: every earlier want refuses
+	}
+	waiting, err := b.waiting(ctx, a.giveUp, wants)
+	if err != nil {
+		return err
+	}
+	if len(waiting) > 0 {
+		return lockmgr.ErrWouldBlock
+	}
+	return nil
 }
 
 // tryClaim sends the claim's transaction (deleting this host's want, if
@@ -303,7 +330,7 @@ func (b *Backend) tryClaim(ctx context.Context, a *acquisition) (int64, error) {
 		return 0, err
 	}
 	if resp.Succeeded {
-		a.myWant = 0 // the transaction deleted it
+		a.myWant, a.wantOut = 0, false // the transaction deleted it
 		return resp.Header.Revision, nil
 	}
 	a.snap, err = b.parseSnapshot(resp.Header.Revision, resp.Responses)

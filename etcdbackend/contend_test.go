@@ -2,8 +2,12 @@ package etcdbackend_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockfs/lockfs/etcdbackend/etcdtest"
 	"github.com/lockfs/lockfs/lockmgr"
@@ -114,6 +118,166 @@ func TestHandoffNoRead(t *testing.T) {
 				t.Errorf("a hand-off cost the waiter %d wants, want 1", n)
 			}
 			t.Logf("waiter: %d claim transactions, %d reads, %d watches", after.Txns-before.Txns, after.Reads-before.Reads, after.Watches-before.Watches)
+		})
+	}
+}
+
+// A waiter for a directory takes its turn before new claims inside it: a
+// claim on D/x, held by host A, is contended once host B waits for D; when
+// A gives D/x up, A's claim on D/x again queues behind B's want (without
+// wait: refused) while B still waits for host C's claim on D/y; B gets D
+// once C releases, and A's waiting claim gets D/x after B. Control: with
+// wants per lock only (the old rule), A's claim overtakes B's want.
+func TestDirectoryWaiterTurn(t *testing.T) {
+	c := etcdtest.Start(t)
+	for _, tc := range []struct {
+		name    string
+		perLock bool
+	}{{"dir-wants", false}, {"control-per-lock-wants", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			a, b, cc := newBackend(t, c), newBackend(t, c), newBackend(t, c)
+			if tc.perLock {
+				a.PerLockWants()
+			}
+			la := mustClaim(t, a, dir("d/x"), lockmgr.Exclusive)
+			lc := mustClaim(t, cc, dir("d/y"), lockmgr.Exclusive)
+			gotB := make(chan lockmgr.Lease, 1)
+			go func() {
+				l, err := b.Claim(ctx, dir("d"), lockmgr.Exclusive, true)
+				if err != nil {
+					t.Error(err)
+				}
+				gotB <- l
+			}()
+			select {
+			case <-la.(lockmgr.ContendedLease).Contended():
+			case <-time.After(time.Minute):
+				t.Fatal("a claim inside d was not told that another host waits for d")
+			}
+			la.Release(ctx)
+			l, err := a.Claim(ctx, dir("d/x"), lockmgr.Exclusive, false)
+			if tc.perLock {
+				if err != nil {
+					t.Fatalf("control: with wants per lock, a's claim of d/x: %v, want granted", err)
+				}
+				l.Release(ctx)
+				lc.Release(ctx)
+				if lb := <-gotB; lb != nil {
+					lb.Release(ctx)
+				}
+				return
+			}
+			if !errors.Is(err, lockmgr.ErrWouldBlock) {
+				t.Fatalf("a's claim of d/x while b waits for d: %v, want ErrWouldBlock", err)
+			}
+			gotA := make(chan lockmgr.Lease, 1)
+			go func() {
+				l, err := a.Claim(ctx, dir("d/x"), lockmgr.Exclusive, true)
+				if err != nil {
+					t.Error(err)
+				}
+				gotA <- l
+			}()
+			lc.Release(ctx)
+			var lb lockmgr.Lease
+			select {
+			case lb = <-gotB:
+			case l := <-gotA:
+				t.Fatalf("a got d/x before b got d (lease %v)", l)
+			case <-time.After(time.Minute):
+				t.Fatal("b did not get d after c released d/y")
+			}
+			if lb == nil {
+				t.FailNow()
+			}
+			select {
+			case l := <-gotA:
+				t.Fatalf("a got d/x while b holds d (lease %v)", l)
+			case <-time.After(200 * time.Millisecond):
+			}
+			lb.Release(ctx)
+			select {
+			case l := <-gotA:
+				if l != nil {
+					l.Release(ctx)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("a did not get d/x after b released d")
+			}
+		})
+	}
+}
+
+// A want whose waiter waits for no claim (it is about to claim, or has
+// stopped waiting and not yet deleted its want) refuses no claim without
+// wait: an idle want for d/.lock lets host A claim d/x without wait; and
+// a want inside a directory never holds back an exclusive claim of the
+// directory, with wait or without. Controls: once host C holds d/y, the
+// same want waits for a claim and A's claim of d/x is refused (the
+// directory waiter's turn); and under the reverted rule (WholeTreeWants),
+// the idle wants refuse both claims, as the root's claim was refused in
+// TestLockProtocolMatchModel.
+func TestIdleWantRefusesNothing(t *testing.T) {
+	c := etcdtest.Start(t)
+	for _, tc := range []struct {
+		name      string
+		wholeTree bool
+	}{{"idle-wants", false}, {"control-whole-tree-wants", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			a := newBackend(t, c)
+			if tc.wholeTree {
+				a.WholeTreeWants()
+			}
+			// The idle waiter: a session of its own, whose wants no
+			// acquisition of lockfs deletes.
+			cli := c.Client(t)
+			g, err := cli.Grant(ctx, 60)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cli.Revoke(context.Background(), g.ID) })
+			pfx := "test/" + t.Name() + "/wants/"
+			rec := `{"v":1,"host":"idle","mode":"exclusive","since":"2026-12-03T17:00:00Z"}`
+			for _, k := range []string{"d/.lock/", "e/x/.lock/"} {
+				if _, err := cli.Put(ctx, pfx+k+fmt.Sprintf("%x", int64(g.ID)), rec, clientv3.WithLease(g.ID)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			claim := func(id lockmgr.LockID, wait bool) error {
+				wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				l, err := a.Claim(wctx, id, lockmgr.Exclusive, wait)
+				if err == nil {
+					l.Release(ctx)
+				}
+				return err
+			}
+			if tc.wholeTree {
+				if err := claim(dir("e"), false); !errors.Is(err, lockmgr.ErrWouldBlock) {
+					t.Errorf("control: under the reverted rule, e without wait past an idle want for e/x: %v, want ErrWouldBlock", err)
+				}
+				if err := claim(dir("d/x"), false); !errors.Is(err, lockmgr.ErrWouldBlock) {
+					t.Errorf("control: under the reverted rule, d/x without wait past an idle want for d: %v, want ErrWouldBlock", err)
+				}
+				return
+			}
+			if err := claim(dir("d/x"), false); err != nil {
+				t.Errorf("d/x without wait past an idle want for d: %v, want granted", err)
+			}
+			if err := claim(dir("e"), false); err != nil {
+				t.Errorf("e without wait past an idle want for e/x: %v, want granted", err)
+			}
+			if err := claim(dir("e"), true); err != nil {
+				t.Errorf("e with wait past an idle want for e/x: %v, want granted", err)
+			}
+			other := newBackend(t, c)
+			lc := mustClaim(t, other, dir("d/y"), lockmgr.Exclusive)
+			defer lc.Release(ctx)
+			if err := claim(dir("d/x"), false); !errors.Is(err, lockmgr.ErrWouldBlock) {
+				t.Errorf("control: d/x without wait while the want for d waits for d/y: %v, want ErrWouldBlock", err)
+			}
 		})
 	}
 }

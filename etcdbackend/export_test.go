@@ -23,3 +23,11 @@ func (b *Backend) SessionLease() int64 {
 // NoApplyDeletes makes a woken claim read again before its transaction
 // (test hook).
 func (b *Backend) NoApplyDeletes() { b.noApplyDeletes = true }
+
+// PerLockWants makes claims see their own lock's wants only (test hook).
+func (b *Backend) PerLockWants() { b.perLockWants = true }
+
+// WholeTreeWants makes exclusive directory claims see the wants inside the
+// directory, and claims without wait refused by any earlier want (test
+// hook: the reverted rule).
+func (b *Backend) WholeTreeWants() { b.wholeTreeWants = true }

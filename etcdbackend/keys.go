@@ -59,9 +59,7 @@ func (b *Backend) lockPrefix(id lockmgr.LockID) string {
 func (b *Backend) claimKey(id lockmgr.LockID, sid string) string { return b.lockPrefix(id) + sid }
 
 // wantPrefix is the prefix of the want keys of one lock.
-func (b *Backend) wantPrefix(id lockmgr.LockID) string {
-	return b.cfg.Prefix + "wants/" + strings.TrimPrefix(b.lockPrefix(id), b.cfg.Prefix+"claims/")
-}
+func (b *Backend) wantPrefix(id lockmgr.LockID) string { return b.wantsOf(b.lockPrefix(id)) }
 
 // wantKey is session sid's want key on id.
 func (b *Backend) wantKey(id lockmgr.LockID, sid string) string { return b.wantPrefix(id) + sid }
@@ -178,14 +176,14 @@ func covers(a lockmgr.LockID, m lockmgr.Mode, b lockmgr.LockID) bool {
 	return m == lockmgr.Exclusive && a.Kind == lockmgr.KindDir && inside(b.Path, a.Path)
 }
 
-// ranges are the key ranges a claim on id in mode must see free of other
-// hosts' conflicting claims: id's own claims (or, for an exclusive
-// directory claim, everything inside id's directory), the directory
-// locks of id's ancestors (and of id's own directory, for the new-dir and
-// usage kinds), and id's wants (the queue).
-func (b *Backend) ranges(id lockmgr.LockID, mode lockmgr.Mode) []keyRange {
+// claimRanges are the ranges of the claim keys that a claim on id in mode
+// must see free of other hosts' conflicting claims: id's own claims (or,
+// for an exclusive directory claim, everything inside id's directory),
+// then the directory locks of id's ancestors (and of id's own directory,
+// for the new-dir and usage kinds).
+func (b *Backend) claimRanges(id lockmgr.LockID, mode lockmgr.Mode) []keyRange {
 	if b.noHierarchy {
-		return []keyRange{prefixRange(b.lockPrefix(id)), prefixRange(b.wantPrefix(id))}
+		return []keyRange{prefixRange(b.lockPrefix(id))}
 	}
 	var rs []keyRange
 	if id.Kind == lockmgr.KindDir && mode == lockmgr.Exclusive {
@@ -199,5 +197,35 @@ func (b *Backend) ranges(id lockmgr.LockID, mode lockmgr.Mode) []keyRange {
 	if id.Kind != lockmgr.KindDir {
 		rs = append(rs, prefixRange(b.lockPrefix(lockmgr.LockID{Path: id.Path, Kind: lockmgr.KindDir})))
 	}
-	return append(rs, prefixRange(b.wantPrefix(id)))
+	return rs
+}
+
+// ranges are the claim's claimRanges and the wants it queues behind: id's
+// own wants and those of the directory locks above it (the ancestors', and
+// for the new-dir and usage kinds id's own directory's), so that a claim
+// inside a directory that another host waits for takes its turn after
+// that waiter. Wants inside an exclusive directory claim's subtree are not
+// among them: such a want waits for claims that the directory claim
+// conflicts with too, and once those are gone it would only hold the
+// directory claim back for a waiter that may never come
+// (docs/ETCD-PROTOCOL.md §5).
+func (b *Backend) ranges(id lockmgr.LockID, mode lockmgr.Mode) []keyRange {
+	crs := b.claimRanges(id, mode)
+	rs := append(crs[:len(crs):len(crs)], prefixRange(b.wantPrefix(id)))
+	if b.noHierarchy || b.perLockWants {
+		return rs
+	}
+	for _, r := range crs[1:] {
+		rs = append(rs, prefixRange(b.wantsOf(r.key)))
+	}
+	if b.wholeTreeWants {
+		rs = append(rs, prefixRange(b.wantsOf(crs[0].key)))
+	}
+	return rs
+}
+
+// wantsOf maps a prefix of claim keys to the prefix of the want keys of
+// the same locks.
+func (b *Backend) wantsOf(claims string) string {
+	return b.cfg.Prefix + "wants/" + strings.TrimPrefix(claims, b.cfg.Prefix+"claims/")
 }

@@ -44,18 +44,34 @@ func (b *Backend) putWant(ctx context.Context, giveUp time.Duration, wkey string
 }
 
 // deleteWant deletes this host's want key once its wait ended, with its
-// own bounded context (the wait's may be over). A delete that fails
-// leaves the key to the session's end; it is logged.
-func (b *Backend) deleteWant(wkey string) {
+// own bounded context (the wait's may be over). A delete that fails is
+// retried in the background until it succeeds or the session ends (the
+// key goes with it): a want left standing would hold back other hosts'
+// claims that queue behind it.
+func (b *Backend) deleteWant(sess *session, wkey string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*b.cfg.RequestTimeout)
 	defer cancel()
-	err := b.retry(ctx, 2*b.cfg.RequestTimeout, "delete the want", func(rctx context.Context) error {
+	del := func(rctx context.Context) error {
 		_, err := b.cli.Delete(rctx, wkey)
 		return err
-	})
-	if err != nil {
-		b.log.WithError(err).WithField("key", wkey).Warn("could not delete this host's want key; it goes with the session")
 	}
+	err := b.retry(ctx, 2*b.cfg.RequestTimeout, "delete the want", del)
+	if err == nil {
+		return
+	}
+	b.log.WithError(err).WithField("key", wkey).Warn("could not delete this host's want key; retrying in the background")
+	b.goWorker(func() {
+		bo := backoff.New(100*time.Millisecond, 5*time.Second)
+		for backoff.Sleep(b.closeCtx, nil, bo.Next(), sess.lostc) == nil {
+			rctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(b.closeCtx), b.cfg.RequestTimeout)
+			err := del(rctx)
+			cancel()
+			b.stats.requests.Add(1)
+			if err == nil {
+				return
+			}
+		}
+	})
 }
 
 // watchWants keeps Backend.wants up to date for session s: a listing of

@@ -61,41 +61,49 @@ func lines(t *testing.T, file string) int {
 // TestGCSFairTurns: a host under continuous demand for a lock (three
 // loops of `flock -x c/.lock sleep 0.2`) gives it up to a waiter on
 // another host: on 2 hosts, B's `flock -w` gets it; on 4 hosts, the
-// waiters of B, C and D all get it. With four hosts all under continuous
-// demand, every host gets grants; each host's share is logged. Control:
-// with the engine's give-up off (LOCKFS_TEST_KEEP_CONTENDED on A's
-// daemon), B's waiter does not get the lock within its bound.
+// waiters of B, C and D all get it. The same holds for a directory: with
+// A's loops on a/b/.lock, B's waiter for a/.lock gets it. With four hosts
+// all under continuous demand, every host gets grants; each host's share
+// is logged. Control: with the engine's give-up off
+// (LOCKFS_TEST_KEEP_CONTENDED on A's daemon), B's waiter does not get the
+// lock within its bound (nor the directory's).
 func TestGCSFairTurns(t *testing.T)  { fairTurns(t, "gcs") }
 func TestEtcdFairTurns(t *testing.T) { fairTurns(t, "etcd") }
 
 func fairTurns(t *testing.T, backend string) {
 	const bound = 30 * time.Second
-	twoHosts := func(t *testing.T, keep bool) (time.Duration, bool) {
+	// twoHosts: A's loops take used, B waits once for wanted.
+	twoHosts := func(t *testing.T, keep bool, used, wanted string) (time.Duration, bool) {
 		ms := nHosts(t, backend, 2, func(h *gcsHost) {
 			if keep && h.id == "host-a" {
 				h.env = []string{"LOCKFS_TEST_KEEP_CONTENDED=1"}
 			}
 		})
-		busy(t, ms[0].path("c/.lock"), os.DevNull, 3)
+		busy(t, ms[0].path(used), os.DevNull, 3)
 		time.Sleep(2 * time.Second) // A's lease is in use
 		b := bound
 		if keep {
 			b = 10 * time.Second
 		}
-		return waitOnce(t, ms[1].path("c/.lock"), b)
+		return waitOnce(t, ms[1].path(wanted), b)
 	}
-	t.Run("2-hosts", func(t *testing.T) {
-		d, ok := twoHosts(t, false)
-		if !ok {
-			t.Fatalf("B's waiter did not get the lock within %v while A used it continuously", bound)
-		}
-		t.Logf("B's waiter got the lock after %v", d.Round(time.Millisecond))
-	})
-	t.Run("control-give-up-off", func(t *testing.T) {
-		if d, ok := twoHosts(t, true); ok {
-			t.Errorf("control: with A's give-up off, B's waiter got the lock after %v: this test could not tell", d.Round(time.Millisecond))
-		}
-	})
+	for _, tc := range []struct{ name, used, wanted string }{
+		{"", "c/.lock", "c/.lock"},
+		{"-dir", "a/b/.lock", "a/.lock"},
+	} {
+		t.Run("2-hosts"+tc.name, func(t *testing.T) {
+			d, ok := twoHosts(t, false, tc.used, tc.wanted)
+			if !ok {
+				t.Fatalf("B's waiter for %s did not get it within %v while A used %s continuously", tc.wanted, bound, tc.used)
+			}
+			t.Logf("B's waiter got the lock after %v", d.Round(time.Millisecond))
+		})
+		t.Run("control-give-up-off"+tc.name, func(t *testing.T) {
+			if d, ok := twoHosts(t, true, tc.used, tc.wanted); ok {
+				t.Errorf("control: with A's give-up off, B's waiter got the lock after %v: this test could not tell", d.Round(time.Millisecond))
+			}
+		})
+	}
 	t.Run("4-hosts", func(t *testing.T) {
 		ms := nHosts(t, backend, 4, nil)
 		busy(t, ms[0].path("c/.lock"), os.DevNull, 3)
