@@ -179,10 +179,12 @@ type acquisition struct {
 	rs     []keyRange // the ranges the claim checks
 	val    string     // the claim key's value
 	// Mutable state
-	snap      *snapshot // nil: nothing read yet, try the claim on empty ranges
-	myWant    int64     // the create revision of this host's want key, or 0
-	wantOut   bool      // this host's want key may be in etcd (its write was sent)
-	graceUsed bool      // a claim without wait gave the holders NoWaitGrace
+	snap    *snapshot // nil: nothing read yet, try the claim on empty ranges
+	myWant  int64     // the create revision of this host's want key, or 0
+	wantOut bool      // this host's want key may be in etcd (its write was sent)
+	// graceEnd is when the NoWaitGrace of a claim without wait ends;
+	// zero until it starts.
+	graceEnd time.Time
 }
 
 // acquire writes c's key in mode once nothing blocks it, and returns the
@@ -217,7 +219,7 @@ func (b *Backend) acquire(ctx context.Context, c *ownClaim, sess *session, mode 
 
 // awaitTurn evaluates a's snapshot: if nothing blocks the claim it returns
 // false. Else, without wait, it fails with lockmgr.ErrWouldBlock unless
-// claims block it and the holders have not had their NoWaitGrace yet, or
+// claims block it and the holders' NoWaitGrace has not ended yet, or
 // only earlier waiters block it and none of them waits for a claim
 // (then it returns false: the claim goes); it puts the want (once), waits
 // until a blocker changes, and returns true with a.snap updated: evaluate
@@ -230,7 +232,7 @@ func (b *Backend) awaitTurn(ctx context.Context, a *acquisition) (bool, error) {
 	if !a.wait && len(claims) == 0 {
 		return false, b.behindWaiters(ctx, a, wants)
 	}
-	if !a.wait && a.graceUsed {
+	if !a.wait && !a.graceEnd.IsZero() && !time.Now().Before(a.graceEnd) {
 		return false, lockmgr.ErrWouldBlock
 	}
 	if err := b.giveBackWarm(ctx, a.c, a.sess, a.giveUp); err != nil {
@@ -253,12 +255,16 @@ func (b *Backend) awaitTurn(ctx context.Context, a *acquisition) (bool, error) {
 			return true, nil
 		}
 	}
-	a.graceUsed = true
 	wctx, cancel := ctx, context.CancelFunc(func() {})
 	if !a.wait {
 		// Holders drop claims they only keep warm as soon as they see the
-		// want; held ones stay.
-		wctx, cancel = context.WithTimeout(ctx, b.cfg.NoWaitGrace)
+		// want, each with its own request; held ones stay. The grace
+		// lasts until every blocker is gone or NoWaitGrace has passed,
+		// not only until the first drop.
+		if a.graceEnd.IsZero() {
+			a.graceEnd = time.Now().Add(b.cfg.NoWaitGrace)
+		}
+		wctx, cancel = context.WithDeadline(ctx, a.graceEnd)
 	}
 	deleted, reread, err := b.waitChange(wctx, a.sess, keysOf(claims, wants), a.snap.rev)
 	cancel()

@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockfs/lockfs/etcdbackend"
 	"github.com/lockfs/lockfs/etcdbackend/etcdtest"
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -278,6 +279,52 @@ func TestIdleWantRefusesNothing(t *testing.T) {
 			if err := claim(dir("d/x"), false); !errors.Is(err, lockmgr.ErrWouldBlock) {
 				t.Errorf("control: d/x without wait while the want for d waits for d/y: %v, want ErrWouldBlock", err)
 			}
+		})
+	}
+}
+
+// A claim without wait gives the holders of claims that block it the
+// whole NoWaitGrace (2 s here) to drop them, not only until the first
+// drop: host B keeps d/x1 warm and holds d/x0; once B sees A's want it
+// drops d/x1 at once and releases d/x0 200 ms later (contended, so
+// dropped), and A's exclusive claim of d without wait is granted. Control:
+// B keeps holding d/x0, and A's claim is refused when the grace ends.
+func TestNoWaitGraceOutlastsFirstDrop(t *testing.T) {
+	c := etcdtest.Start(t)
+	for _, tc := range []struct {
+		name string
+		keep bool
+	}{{"drops-one-by-one", false}, {"control-one-kept", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			grace := func(cfg *etcdbackend.Config) { cfg.NoWaitGrace = 2 * time.Second }
+			a, b := newBackend(t, c, grace), newBackend(t, c, grace)
+			held := mustClaim(t, b, dir("d/x0"), lockmgr.Exclusive)
+			defer held.Release(ctx)
+			mustClaim(t, b, dir("d/x1"), lockmgr.Exclusive).Release(ctx)
+			go func() {
+				select {
+				case <-held.(lockmgr.ContendedLease).Contended():
+				case <-time.After(time.Minute):
+					t.Error("B was not told that A waits")
+					return
+				}
+				if !tc.keep {
+					time.Sleep(200 * time.Millisecond)
+					held.Release(ctx)
+				}
+			}()
+			l, err := a.Claim(ctx, dir("d"), lockmgr.Exclusive, false)
+			if tc.keep {
+				if !errors.Is(err, lockmgr.ErrWouldBlock) {
+					t.Fatalf("control: d without wait while B keeps d/x0: %v, want ErrWouldBlock", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("d without wait while B drops d/x1 at once and d/x0 200 ms later: %v, want granted", err)
+			}
+			l.Release(ctx)
 		})
 	}
 }
