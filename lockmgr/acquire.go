@@ -271,7 +271,7 @@ func (e *Engine) admitLocked(rc *reqCtx) (ls *lockState, h *hold, err error) {
 		return nil, nil, err
 	}
 	if ls := e.locks[rc.req.Lock]; ls != nil {
-		if h := ls.holds[rc.req.Owner]; h != nil && h.explicit != 0 {
+		if h := ls.holds.get(rc.req.Owner); h != nil && h.explicit != 0 {
 			return ls, h, nil
 		}
 	}
@@ -296,7 +296,7 @@ func (e *Engine) usageRuleLocked(rc *reqCtx) error {
 		return nil
 	}
 	if ls := e.locks[rc.req.Lock]; ls != nil {
-		for _, h := range ls.holds {
+		for _, h := range ls.holds.all() {
 			if h.lost != nil || h.mode() < rc.req.Mode {
 				continue
 			}
@@ -317,7 +317,7 @@ func (e *Engine) issueToken(ctx context.Context, req Request) (Grant, error) {
 	var lease Lease
 	if ls != nil {
 		lease = ls.lease
-		if h := ls.holds[owner]; h != nil && req.DeferToken && lease != nil {
+		if h := ls.holds.get(owner); h != nil && req.DeferToken && lease != nil {
 			e.newGrantLocked(h, 0, true)
 			e.mu.Unlock()
 			return Grant{}, nil
@@ -339,7 +339,7 @@ func (e *Engine) issueToken(ctx context.Context, req Request) (Grant, error) {
 	}
 	e.mu.Lock()
 	if ls := e.locks[id]; ls != nil {
-		if h := ls.holds[owner]; h != nil {
+		if h := ls.holds.get(owner); h != nil {
 			e.newGrantLocked(h, tok, false)
 		}
 	}

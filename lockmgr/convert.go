@@ -60,7 +60,7 @@ func (e *Engine) convertUnlocksMu(ctx context.Context, ls *lockState, h *hold, r
 	if cycle, _ := e.closesCycleLocked(ls, up, rc, nil); !e.grantableLocked(ls, up, rc, nil) && cycle {
 		// Waiting would deadlock even without the shared hold: say so and
 		// keep the hold, rather than lose it for nothing.
-		if ls.holds[h.owner] == nil {
+		if ls.holds.get(h.owner) == nil {
 			ls.insert(h)
 		}
 		ls.change(h, func() { h.explicit = Shared })

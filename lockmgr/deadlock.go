@@ -38,7 +38,7 @@ type waitNode struct {
 func (e *Engine) closesCycleLocked(ls *lockState, s step, rc *reqCtx, w *waiter) (cycle, self bool) {
 	tid := rc.req.TID
 	start := waitNode{ls, s, rc, w}
-	for _, h := range ls.holds {
+	for _, h := range ls.holds.all() {
 		if e.blocksLocked(h, start) {
 			for _, t := range e.holdThreadsLocked(h) {
 				if t == tid {
@@ -103,7 +103,7 @@ func (e *Engine) leadsBackLocked(t, tid int, inherited bool) bool {
 // waiters n queues behind.
 func (e *Engine) waitsForLocked(n waitNode, tid int) []int {
 	var candidates []*hold
-	for _, h := range n.ls.holds {
+	for _, h := range n.ls.holds.all() {
 		if h.mode() == 0 {
 			continue
 		}

@@ -232,7 +232,7 @@ func (e *Engine) Close() error {
 			}
 			lease := ls.lease
 			ls.setLeaseLocked(nil)
-			for _, h := range ls.holds {
+			for _, h := range ls.holds.all() {
 				delete(e.usage, h)
 			}
 			delete(e.locks, id)

@@ -153,7 +153,7 @@ func (e *Engine) blockedByHoldsLocked(ls *lockState, s step, rc *reqCtx) bool {
 	if s.mode != Exclusive && ls.nExclusive == 0 {
 		return false
 	}
-	for _, h := range ls.holds {
+	for _, h := range ls.holds.all() {
 		if h.owner != rc.req.Owner && Conflicts(h.mode(), s.mode) && !e.exemptLocked(h, s, rc) {
 			return true
 		}

@@ -51,7 +51,7 @@ func (e *Engine) heldAtOrBelow(dir string) string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for id, ls := range e.locks {
-		if len(ls.holds) == 0 {
+		if ls.holds.len() == 0 {
 			continue
 		}
 		if dir == "." || id.Path == dir || strings.HasPrefix(id.Path, dir+"/") {

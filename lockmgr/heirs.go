@@ -66,7 +66,7 @@ func (e *Engine) noticeExitsDropsMu(ctx context.Context, ls *lockState, s step, 
 	}
 	var takers []ProcID
 	scanning := false
-	for _, h := range ls.holds {
+	for _, h := range ls.holds.all() {
 		if len(h.lineage) == 0 || !e.blocksLocked(h, waitNode{ls, s, rc, nil}) {
 			continue
 		}
@@ -154,7 +154,7 @@ func (e *Engine) findHeirsDropsMu(holds []*hold) {
 	idx = othersIndex{}
 	for _, h := range holds {
 		h.scanning--
-		if ls := e.locks[h.id]; ls == nil || ls.holds[h.owner] != h {
+		if ls := e.locks[h.id]; ls == nil || ls.holds.get(h.owner) != h {
 			continue // released meanwhile
 		}
 		if procs, _ := e.procsLocked(h); len(procs) > 0 || h.scanned {
@@ -207,7 +207,7 @@ func (e *Engine) rescanLaterLocked(h *hold) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		ls := e.locks[h.id]
-		if ls == nil || ls.holds[h.owner] != h || h.lost != nil || !h.scanned || len(h.heirs) > 0 {
+		if ls == nil || ls.holds.get(h.owner) != h || h.lost != nil || !h.scanned || len(h.heirs) > 0 {
 			return // released, lost, taken again or named meanwhile
 		}
 		h.scanned = false
@@ -285,7 +285,7 @@ func (idx othersIndex) of(e *Engine, ls *lockState) map[uint64][]party {
 		return m
 	}
 	m := map[uint64][]party{}
-	for _, o := range ls.holds {
+	for _, o := range ls.holds.all() {
 		if o.owner.Class == OwnerFile && len(o.lineage) > 0 && !e.exitedLocked(o.lineage[0]) {
 			m[o.ino] = append(m[o.ino], party{o.owner, o.lineage[0]})
 		}

@@ -171,7 +171,7 @@ func TestHeirsScannedAgainAfterTransientDescriptor(t *testing.T) {
 			testutil.Eventually(t, "the taker's exit to be handled", func() bool {
 				e.mu.Lock()
 				defer e.mu.Unlock()
-				h := e.locks[d].holds[Owner{OwnerFile, 1}]
+				h := e.locks[d].holds.get(Owner{OwnerFile, 1})
 				return h.scanned && h.scanning == 0
 			})
 			if p := holder(); p != 100 {

@@ -79,7 +79,7 @@ func (e *Engine) loseDropsMu(ls *lockState, lease Lease, cause error) {
 		cause = fmt.Errorf("%w: %v", ErrLeaseLost, cause)
 	}
 	owners := make(map[Owner]bool)
-	for o, h := range ls.holds {
+	for o, h := range ls.holds.all() {
 		if h.lost == nil {
 			owners[o] = true
 		}
@@ -92,7 +92,7 @@ func (e *Engine) loseDropsMu(ls *lockState, lease Lease, cause error) {
 	for _, l := range e.locks {
 		touched := false
 		for o := range owners {
-			h := l.holds[o]
+			h := l.holds.get(o)
 			if h == nil || h.lost != nil {
 				continue
 			}
@@ -148,7 +148,7 @@ func (e *Engine) Break(ctx context.Context, id LockID) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ls := e.locks[id]
-	if ls == nil || len(ls.holds) == 0 {
+	if ls == nil || ls.holds.len() == 0 {
 		return fmt.Errorf("break %s: %w", id, ErrNotHeld)
 	}
 	for ls.busy {

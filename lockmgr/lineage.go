@@ -76,13 +76,13 @@ func (e *Engine) exemptLocked(h *hold, s step, rc *reqCtx) bool {
 // ls: then it does not queue behind other waiters (they may be waiting for
 // that very hold, and queueing would deadlock a child behind its parent).
 func (e *Engine) privilegedLocked(ls *lockState, rc *reqCtx) bool {
-	if h := ls.holds[rc.req.Owner]; h != nil && h.lost == nil {
+	if h := ls.holds.get(rc.req.Owner); h != nil && h.lost == nil {
 		return true
 	}
 	if len(rc.lineage) == 0 {
 		return false
 	}
-	for _, h := range ls.holds {
+	for _, h := range ls.holds.all() {
 		if h.lost == nil && e.belongsToLineageLocked(h, rc.lineage) {
 			return true
 		}

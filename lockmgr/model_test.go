@@ -308,7 +308,7 @@ func (m *modelRun) verify() error {
 	// The engine's explicit holds are the model's.
 	got := map[int]map[LockID]Mode{}
 	for id, ls := range m.e.locks {
-		for o, h := range ls.holds {
+		for o, h := range ls.holds.all() {
 			if h.explicit != 0 {
 				if got[int(o.ID)] == nil {
 					got[int(o.ID)] = map[LockID]Mode{}
@@ -335,8 +335,8 @@ func (m *modelRun) verify() error {
 		// exemption is directional: the later of two conflicting holds
 		// must belong to the earlier one's process or a descendant of it
 		// (a child runs under its parent's lock, never the reverse).
-		for _, h1 := range ls.holds {
-			for _, h2 := range ls.holds {
+		for _, h1 := range ls.holds.all() {
+			for _, h2 := range ls.holds.all() {
 				if h1 == h2 || !Conflicts(h1.mode(), h2.mode()) || !h1.since.Before(h2.since) {
 					continue
 				}
@@ -350,7 +350,7 @@ func (m *modelRun) verify() error {
 		}
 		// The counters match the holds.
 		live, excl := 0, 0
-		for _, h := range ls.holds {
+		for _, h := range ls.holds.all() {
 			if h.mode() != 0 {
 				live++
 			}

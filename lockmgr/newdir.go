@@ -59,7 +59,7 @@ func (e *Engine) AdoptNewDir(ctx context.Context, parent, name string, tid int) 
 	}
 	e.mu.Lock()
 	if ls := e.locks[nd]; ls != nil {
-		if h := ls.holds[req.Owner]; h != nil && h.explicit == Exclusive {
+		if h := ls.holds.get(req.Owner); h != nil && h.explicit == Exclusive {
 			h.adopted = append(h.adopted, child)
 			e.mu.Unlock()
 			return true, nil
@@ -123,7 +123,7 @@ func (e *Engine) newDirHolderLocked(nd LockID, lin Lineage, adopted LockID) *hol
 	if ls == nil {
 		return nil
 	}
-	for _, h := range ls.holds {
+	for _, h := range ls.holds.all() {
 		if h.lost != nil || h.explicit != Exclusive {
 			continue
 		}

@@ -234,7 +234,7 @@ func (e *Engine) broadcastLocked(ls *lockState) {
 	if ls.nQueue == 0 || len(ls.under) == 0 {
 		return
 	}
-	for _, h := range ls.holds {
+	for _, h := range ls.holds.all() {
 		if h.lost != nil {
 			continue
 		}

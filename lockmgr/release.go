@@ -19,7 +19,7 @@ func (e *Engine) Release(ctx context.Context, id LockID, owner Owner) error {
 	ls := e.locks[id]
 	var h *hold
 	if ls != nil {
-		h = ls.holds[owner]
+		h = ls.holds.get(owner)
 	}
 	if h == nil || h.explicit == 0 {
 		return fmt.Errorf("release %s: %w", id, ErrNotHeld)
@@ -68,7 +68,7 @@ func (e *Engine) releaseAdoptedDropsMu(id LockID, owner Owner) {
 	if ls == nil {
 		return
 	}
-	h := ls.holds[owner]
+	h := ls.holds.get(owner)
 	if h == nil || h.explicit == 0 {
 		return
 	}
@@ -82,7 +82,7 @@ func (e *Engine) releaseStepDropsMu(s step, owner Owner) {
 	if ls == nil {
 		return
 	}
-	h := ls.holds[owner]
+	h := ls.holds.get(owner)
 	if h == nil {
 		return
 	}

@@ -12,7 +12,7 @@ type lockState struct {
 
 	// holds has one entry per owner holding the lock, explicitly, implicitly
 	// or both.
-	holds map[Owner]*hold
+	holds holdSet
 	// The FIFO of waiters is a doubly linked list from head to tail, so
 	// that a waiter leaves it in O(1) (see queue.go).
 	head, tail *waiter
@@ -107,14 +107,14 @@ func (ls *lockState) change(h *hold, f func()) {
 
 // insert adds a new hold.
 func (ls *lockState) insert(h *hold) {
-	ls.holds[h.owner] = h
+	ls.holds.put(h)
 	ls.count(h, 1)
 }
 
 // remove drops a hold.
 func (ls *lockState) remove(h *hold) {
 	ls.count(h, -1)
-	delete(ls.holds, h.owner)
+	ls.holds.del(h.owner)
 }
 
 // hold is one owner's hold on one lock.
@@ -224,12 +224,12 @@ type reqCtx struct {
 }
 
 func newLockState(id LockID) *lockState {
-	return &lockState{id: id, holds: make(map[Owner]*hold, 1)}
+	return &lockState{id: id}
 }
 
 // idleLocked: nothing refers to this entry any more.
 func (ls *lockState) idleLocked() bool {
-	return len(ls.holds) == 0 && ls.nQueue == 0 && ls.lease == nil && !ls.busy
+	return ls.holds.len() == 0 && ls.nQueue == 0 && ls.lease == nil && !ls.busy
 }
 
 // lockLocked returns the table entry for id, creating it.
@@ -249,7 +249,7 @@ func (e *Engine) lockLocked(id LockID) *lockState {
 // wakes no waiter, except those that descend from its process: they may
 // now jump the queue (privilegedLocked).
 func (e *Engine) addHoldLocked(ls *lockState, s step, rc *reqCtx) {
-	h := ls.holds[rc.req.Owner]
+	h := ls.holds.get(rc.req.Owner)
 	if h == nil {
 		h = &hold{owner: rc.req.Owner, id: ls.id, tid: int32(rc.req.TID), uid: rc.req.UID, since: e.now(), ino: rc.req.Ino}
 		e.setTakerLocked(h, rc.lineage)

@@ -95,7 +95,7 @@ func (e *Engine) holderLocked(ls *lockState, h *hold) Holder {
 // into the backend, made without mu (describeLease).
 func (e *Engine) statusLocked(ls *lockState) (LockStatus, Lease) {
 	st := LockStatus{Lock: ls.id, Mode: ls.heldModeLocked(), Yielding: ls.lease != nil && e.yieldingLocked(ls)}
-	for _, h := range ls.holds {
+	for _, h := range ls.holds.all() {
 		st.Holders = append(st.Holders, e.holderLocked(ls, h))
 		st.Implicit += int(h.implicit)
 	}
@@ -221,7 +221,7 @@ func (e *Engine) Claims(ctx context.Context, id LockID) ([]ClaimRecord, error) {
 // asks the leases for their descriptions after releasing it, so that a
 // metrics scrape never holds up lock requests for a backend.
 func (e *Engine) Snapshot() []LockStatus {
-	return e.snapshot(func(ls *lockState) bool { return len(ls.holds) > 0 || ls.nQueue > 0 || len(ls.outside) > 0 })
+	return e.snapshot(func(ls *lockState) bool { return ls.holds.len() > 0 || ls.nQueue > 0 || len(ls.outside) > 0 })
 }
 
 // SnapshotWaited is Snapshot of the locks that have waiters (queued, or
@@ -276,7 +276,7 @@ func (e *Engine) Query(req Request) (Holder, bool) {
 		if ls == nil {
 			continue
 		}
-		for _, h := range ls.holds {
+		for _, h := range ls.holds.all() {
 			if h.owner == req.Owner || !Conflicts(h.mode(), s.mode) || e.exemptLocked(h, s, rc) {
 				continue
 			}

@@ -64,7 +64,7 @@ func (e *Engine) dueLocked(ls *lockState, out []dueToken) []dueToken {
 	if ls.lease == nil {
 		return out
 	}
-	for _, h := range ls.holds {
+	for _, h := range ls.holds.all() {
 		if h.owesToken() {
 			out = append(out, dueOf(ls, h))
 		}
@@ -75,7 +75,7 @@ func (e *Engine) dueLocked(ls *lockState, out []dueToken) []dueToken {
 // stillDueLocked reports whether d's grant is still the hold's current
 // grant and still owes its token.
 func stillDueLocked(d dueToken) bool {
-	return d.ls.holds[d.h.owner] == d.h && d.h.grant == d.grant && d.h.owesToken()
+	return d.ls.holds.get(d.h.owner) == d.h && d.h.grant == d.grant && d.h.owesToken()
 }
 
 // issue issues the tokens of due, one after the other.
@@ -153,7 +153,7 @@ func (e *Engine) Token(id LockID, owner Owner) (uint64, error) {
 		var h *hold
 		ls := e.locks[id]
 		if ls != nil {
-			h = ls.holds[owner]
+			h = ls.holds.get(owner)
 		}
 		switch {
 		case h == nil || h.explicit == 0:
