@@ -10,6 +10,8 @@ import (
 
 	"bazil.org/fuse"
 	fusefs "bazil.org/fuse/fs"
+
+	"github.com/lockfs/lockfs/internal/lazyctx"
 )
 
 // Interrupts.
@@ -65,65 +67,6 @@ type trackedRequest struct {
 	cancel context.CancelFunc
 }
 
-// lazyCancelCtx is a request's cancellable context, made only when first
-// used. A context.WithCancel registers itself with bazil's request context
-// and allocates; a lock request that is granted at once (most of them)
-// never waits on its context, so the derivation is put off until Done or
-// Err is called: about 7 % of the daemon's CPU in a root flock
-// pair (bench's TestProfileDaemon, cpu-pair0: context.WithCancel under
-// track). A cancel before that is kept and applied to the context when it
-// is made.
-type lazyCancelCtx struct {
-	parent context.Context
-
-	mu       sync.Mutex
-	ctx      context.Context    // GUARDED_BY(mu); nil until first use
-	cancelFn context.CancelFunc // GUARDED_BY(mu)
-	canceled bool               // GUARDED_BY(mu)
-}
-
-// get returns the derived context, making it on first use.
-func (c *lazyCancelCtx) get() context.Context {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ctx == nil {
-		c.ctx, c.cancelFn = context.WithCancel(c.parent)
-		if c.canceled {
-			c.cancelFn()
-		}
-	}
-	return c.ctx
-}
-
-// cancel cancels the context, now if it is made, else when it is.
-func (c *lazyCancelCtx) cancel() {
-	c.mu.Lock()
-	c.canceled = true
-	fn := c.cancelFn
-	c.mu.Unlock()
-	if fn != nil {
-		fn()
-	}
-}
-
-func (c *lazyCancelCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
-func (c *lazyCancelCtx) Done() <-chan struct{}       { return c.get().Done() }
-func (c *lazyCancelCtx) Err() error                  { return c.get().Err() }
-
-// Value answers from the parent until the context is made: the values are
-// the parent's either way, and the metrics' Finish reads one after every
-// request. The standard library asks for its own key (to find a parent it
-// can register with) only after Done, which makes the context first.
-func (c *lazyCancelCtx) Value(key any) any {
-	c.mu.Lock()
-	made := c.ctx
-	c.mu.Unlock()
-	if made != nil {
-		return made.Value(key)
-	}
-	return c.parent.Value(key)
-}
-
 func newInterruptTracker(now func() time.Time) *interruptTracker {
 	if now == nil {
 		now = time.Now
@@ -163,8 +106,8 @@ func (t *interruptTracker) withContext(ctx context.Context, req fuse.Request) co
 // track registers request id and returns its cancellable context. The
 // entry goes away when the request has been served (finish).
 func (t *interruptTracker) track(ctx context.Context, id fuse.RequestID) context.Context {
-	lc := &lazyCancelCtx{parent: ctx}
-	ctx, cancel := lc, lc.cancel
+	lc := lazyctx.New(ctx, nil) // made only if the request waits
+	ctx, cancel := lc, lc.Cancel
 	tr := &trackedRequest{cancel: cancel}
 
 	t.mu.Lock()

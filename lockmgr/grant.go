@@ -3,8 +3,8 @@ package lockmgr
 import (
 	"context"
 	"errors"
-	"sync"
-	"time"
+
+	"github.com/lockfs/lockfs/internal/lazyctx"
 )
 
 // Granting one step of a request's plan (acquire.go), in the order a step
@@ -12,7 +12,7 @@ import (
 // decides whether it may, as far as this host's processes go (conflicting
 // holds, exemptions by lineage, FIFO; yield.go adds the lease's give-up);
 // takeDropsMu takes it once the lease covers it, or brings the lease up
-// (claimDropsMu, the backend call, with the claim's context claimCtx);
+// (claimDropsMu, the backend call, with the claim's context a lazyctx.Ctx);
 // addHoldLocked (state.go, beside the table it changes) records the hold.
 // While it waits for a claim, a request is in the lock's outside set
 // (outsideWait, below); its wait in the queue is wait.go's.
@@ -273,8 +273,11 @@ func (e *Engine) claimDropsMu(ctx context.Context, ls *lockState, need Mode, wai
 
 	bctx := ctx
 	if wait {
-		cc := newClaimCtx(ctx, e.ctx)
-		defer cc.end()
+		// The request's context, also ended when the engine closes; the
+		// merge is made only if the backend looks at it (most claims do
+		// not: the flock is free).
+		cc := lazyctx.New(ctx, e.ctx)
+		defer cc.Cancel()
 		bctx = cc
 	}
 	var err error
@@ -299,60 +302,4 @@ func (e *Engine) claimDropsMu(ctx context.Context, ls *lockState, need Mode, wai
 		return ErrClosed
 	}
 	return err
-}
-
-// claimCtx is the context of a backend claim that may wait: the request's
-// context, also ended when the engine closes. Merging the two takes a child
-// context registered with the request's and an AfterFunc on the engine's:
-// about 6 % of the daemon's CPU in a blocking flock pair at depth 4, which
-// makes five claims (bench's TestProfileDaemon). Most claims never wait, because the flock is free, and never
-// look at their context. So the merge is made only on the first call of
-// Done, Err or Value.
-type claimCtx struct {
-	parent context.Context // the request's
-	stop   context.Context // the engine's (Engine.ctx)
-
-	mu     sync.Mutex
-	merged context.Context // GUARDED_BY(mu)
-	cancel context.CancelFunc
-	unreg  func() bool
-	ended  bool // GUARDED_BY(mu)
-}
-
-func newClaimCtx(parent, stop context.Context) *claimCtx {
-	return &claimCtx{parent: parent, stop: stop}
-}
-
-// get returns the merged context, making it on first use. After end, it is
-// cancelled.
-func (c *claimCtx) get() context.Context {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.merged == nil {
-		c.merged, c.cancel = context.WithCancel(c.parent)
-		if c.ended {
-			c.cancel()
-		} else {
-			c.unreg = context.AfterFunc(c.stop, c.cancel)
-		}
-	}
-	return c.merged
-}
-
-func (c *claimCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
-func (c *claimCtx) Done() <-chan struct{}       { return c.get().Done() }
-func (c *claimCtx) Err() error                  { return c.get().Err() }
-func (c *claimCtx) Value(key any) any           { return c.get().Value(key) }
-
-// end cancels the context once the claim has returned, and undoes the
-// merge if it was made.
-func (c *claimCtx) end() {
-	c.mu.Lock()
-	c.ended = true
-	made := c.merged != nil && c.unreg != nil
-	c.mu.Unlock()
-	if made {
-		c.unreg()
-		c.cancel()
-	}
 }
