@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // readaheadOf reads the kernel readahead (KiB) of the filesystem mounted at
@@ -46,8 +48,10 @@ func TestReadaheadRaised(t *testing.T) {
 			t.Fatal(err)
 		}
 	}))
-	if got := readaheadOf(t, m.Mnt); got != "4096" {
-		t.Errorf("readahead of the mount: %s KiB, want 4096", got)
+	// The daemon raises it just after the mount appears, which is all
+	// that mount() waits for.
+	if !testutil.Poll(10*time.Second, func() bool { return readaheadOf(t, m.Mnt) == "4096" }) {
+		t.Errorf("readahead of the mount: %s KiB, want 4096", readaheadOf(t, m.Mnt))
 	}
 	// Read it as cat would, with the page cache of SOURCE dropped so that
 	// the reads go to the disk in parallel.
