@@ -2,7 +2,6 @@ package control_test
 
 import (
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -96,14 +95,7 @@ func TestQueuedLockWaitsHoldNoGoroutine(t *testing.T) {
 // engine. (Each waiting process also has an exit watch, lockmgr
 // procwatch.go, for its implicit holds: not counted.)
 func sleepingInEngine() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "lockmgr.(*Engine).sleepDropsMu(")
-		}
-		buf = make([]byte, 2*len(buf))
-	}
+	return strings.Count(testutil.AllStacks(), "lockmgr.(*Engine).sleepDropsMu(")
 }
 
 // exitStatus is a finished command's exit status: 0 for nil, -1 if it

@@ -99,16 +99,22 @@ var ignoredStacks = []string{
 	"runtime.ReadTrace",
 }
 
-// stacks returns the stack of every goroutine, one entry each.
-func stacks() []string {
+// AllStacks returns the stacks of every goroutine, as runtime.Stack
+// prints them, however long.
+func AllStacks() string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return strings.Split(string(buf[:n]), "\n\n")
+			return string(buf[:n])
 		}
 		buf = make([]byte, 2*len(buf))
 	}
+}
+
+// stacks returns the stack of every goroutine, one entry each.
+func stacks() []string {
+	return strings.Split(AllStacks(), "\n\n")
 }
 
 // goroutineID parses "goroutine 123 [running]:".
