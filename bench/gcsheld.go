@@ -33,7 +33,9 @@ var gcsHeldKeys = []string{"held_100k_rss_mb", "acquire_ratio_100k_vs_100"}
 // gcs_held_settled_rss_mb (the same daemon's RSS heldSettle later, with
 // nothing asked of it meanwhile: the set-up's garbage returned),
 // gcs_held_locks, gcs_held_base_rss_mb, gcs_held_idle_rss_mb,
-// gcs_held_setup_s, gcs_held_daemon_fds and gcs_held_base_daemon_fds (the
+// gcs_held_setup_s, gcs_held_setup_retries (claims the holders asked again
+// after an ENOLCK, loadgen hold: a slow moment, not a failure),
+// gcs_held_daemon_fds and gcs_held_base_daemon_fds (the
 // daemons' open descriptors: none per held lock is the point),
 // gcs_held_acquire_us, gcs_held_base_acquire_us, gcs_held_losses (holds
 // the daemons logged as lost; they run with --on-lease-loss none) and
@@ -159,7 +161,7 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.GCSHeldSetup)
 	defer cancel()
 	start := time.Now()
-	held := 0
+	held, retries := 0, 0
 	for _, s := range sides {
 		for p := 0; p*perProc < s.locks; p++ {
 			n := min(perProc, s.locks-p*perProc)
@@ -176,7 +178,7 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 		for p, h := range s.holders {
 			n := min(perProc, s.locks-p*perProc)
 			b, err := h.line(sctx, r.cfg.GCSHeldSetup)
-			var out struct{ Held float64 }
+			var out struct{ Held, Retries float64 }
 			if err == nil {
 				if jerr := json.Unmarshal(b, &out); jerr != nil || int(out.Held) != n {
 					err = fmt.Errorf("holder: unexpected output %q", b)
@@ -187,6 +189,7 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 				break
 			}
 			held += n
+			retries += int(out.Retries)
 		}
 		if setupErr != nil {
 			break
@@ -195,6 +198,7 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 	setup := time.Since(start)
 	r.res.set("gcs_held_setup_s", setup.Seconds())
 	r.res.set("gcs_held_locks", float64(held))
+	r.res.set("gcs_held_setup_retries", float64(retries))
 	r.res.set("gcs_held_idle_rss_mb", idle)
 	if fds, err := openFDs(sides[0].m.pid()); err == nil {
 		r.res.set("gcs_held_daemon_fds", float64(fds))
@@ -206,7 +210,7 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 		return nil
 	}
 	setupDone = true
-	r.logf("gcs held: %d + %d locks held after %v", want, base, setup.Round(time.Millisecond))
+	r.logf("gcs held: %d + %d locks held after %v (%d claims asked again after ENOLCK)", want, base, setup.Round(time.Millisecond), retries)
 
 	pctx, pcancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer pcancel()

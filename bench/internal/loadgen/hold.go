@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,8 +19,13 @@ import (
 // once) and waiters (many processes queued on one lock).
 
 // hold: open and flock (LOCK_EX|LOCK_NB) the control file of n distinct
-// directories ROOT/i/fan/j, then print {"held": n} and keep them until
-// standard input closes. Eight goroutines open in parallel.
+// directories ROOT/i/fan/j, then print {"held": n, "ns": ..., "retries": r}
+// and keep them until standard input closes. Eight goroutines open in
+// parallel. A claim the daemon could not finish in its bound (ENOLCK: a
+// slow moment of the backend or of a loaded machine) is asked again after
+// a backoff, at most -retries times per lock; r counts those second asks.
+// Any other error (EWOULDBLOCK: someone else holds it; EIO: a lost lease)
+// fails the run at once, and so does ENOLCK past the bound.
 func runHold(args []string) error {
 	fl := flag.NewFlagSet("hold", flag.ExitOnError)
 	root := fl.String("root", "", "directory holding the locked directories")
@@ -26,6 +33,7 @@ func runHold(args []string) error {
 	fan := fl.Int("fan", 1000, "directories per parent")
 	name := fl.String("name", ".lock", "control file name")
 	workers := fl.Int("workers", 8, "parallel openers")
+	retries := fl.Int("retries", 8, "ENOLCK retries per lock, with backoff")
 	fl.Parse(args)
 	raiseNofileSoft()
 	fds := make([]int, *n)
@@ -34,6 +42,7 @@ func runHold(args []string) error {
 		wg    sync.WaitGroup
 		errMu sync.Mutex
 		first error
+		asked atomic.Int64
 	)
 	start := mono()
 	for w := 0; w < *workers; w++ {
@@ -48,9 +57,12 @@ func runHold(args []string) error {
 				p := filepath.Join(*root, fmt.Sprint(i / *fan), fmt.Sprint(i%*fan), *name)
 				fd, err := openLock(p)
 				if err == nil {
-					if err = flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+					var r int
+					r, err = lockRetrying(func() error { return flock(fd, unix.LOCK_EX|unix.LOCK_NB) }, *retries, time.Sleep)
+					asked.Add(int64(r))
+					if err != nil {
 						unix.Close(fd)
-						err = fmt.Errorf("flock %s: %w", p, err)
+						err = fmt.Errorf("flock %s (after %d retries): %w", p, r, err)
 					}
 				}
 				if err != nil {
@@ -70,11 +82,33 @@ func runHold(args []string) error {
 	if first != nil {
 		return first
 	}
-	if err := emit(map[string]float64{"held": float64(*n), "ns": float64(mono() - start)}); err != nil {
+	if err := emit(map[string]float64{"held": float64(*n), "ns": float64(mono() - start), "retries": float64(asked.Load())}); err != nil {
 		return err
 	}
 	io.Copy(io.Discard, os.Stdin) // until the harness closes our stdin
 	return nil
+}
+
+// Backoff between the asks of one lock that got ENOLCK: doubling from
+// retryFirst up to retryMost.
+const (
+	retryFirst = 250 * time.Millisecond
+	retryMost  = 5 * time.Second
+)
+
+// lockRetrying calls lock until it succeeds, fails with anything but
+// ENOLCK, or has failed with ENOLCK retries+1 times, sleeping a doubling
+// backoff between the asks. It returns how many times it asked again.
+func lockRetrying(lock func() error, retries int, sleep func(time.Duration)) (int, error) {
+	wait := retryFirst
+	for r := 0; ; r++ {
+		err := lock()
+		if !errors.Is(err, unix.ENOLCK) || r == retries {
+			return r, err
+		}
+		sleep(wait)
+		wait = min(2*wait, retryMost)
+	}
 }
 
 // waiters: open file n times (n open file descriptions: soft RLIMIT_NOFILE
