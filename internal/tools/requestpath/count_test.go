@@ -198,3 +198,51 @@ func TestHookFiles(t *testing.T) {
 		}
 	}
 }
+
+// A request that calls a leaf in another file (mode.go max), a function
+// that calls on (state.go lock → state.go new, not a leaf), an observer
+// hook, and the backend, whose entry calls into another of its files.
+const ruled = `1 E fs/control/lock.go h.LockWaitDeferred
+1 E lockmgr/grant.go step
+1 E lockmgr/mode.go max
+1 X lockmgr/mode.go max
+1 E lockmgr/state.go lock
+1 E lockmgr/state.go new
+1 X lockmgr/state.go new
+1 X lockmgr/state.go lock
+1 E metrics/metrics.go M.Requested
+1 X metrics/metrics.go M.Requested
+1 E localbackend/claim.go B.Claim
+1 E localbackend/idle.go B.takeIdle
+1 E localbackend/claim.go B.claimOnce
+1 X localbackend/claim.go B.claimOnce
+1 X localbackend/idle.go B.takeIdle
+1 X localbackend/claim.go B.Claim
+1 X lockmgr/grant.go step
+1 X fs/control/lock.go h.LockWaitDeferred
+`
+
+func TestRuleLeavesOutLeavesHooksAndTheBackend(t *testing.T) {
+	root, err := requestCalls(strings.NewReader(ruled), "LockWaitDeferred")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The control: without the rule, every file of the trace is visited.
+	if r := read(root, nil); len(r.files) != 7 {
+		t.Fatalf("read once visits %v, want 7 files", r.files)
+	}
+	b := followed(root, true)
+	if want := []string{"fs/control/lock.go", "lockmgr/grant.go", "lockmgr/state.go", "lockmgr/grant.go", "localbackend/claim.go", "lockmgr/grant.go", "fs/control/lock.go"}; !reflect.DeepEqual(b.steps, want) {
+		t.Errorf("to the backend's entry: steps %v, want %v", b.steps, want)
+	}
+	if b.total() != 3 {
+		t.Errorf("to the backend's entry: %d returns, want 3", b.total())
+	}
+	in := followed(root, false)
+	if want := []string{"fs/control/lock.go", "lockmgr/grant.go", "lockmgr/state.go", "lockmgr/grant.go", "localbackend/claim.go", "localbackend/idle.go", "localbackend/claim.go", "lockmgr/grant.go", "fs/control/lock.go"}; !reflect.DeepEqual(in.steps, want) {
+		t.Errorf("into the backend: steps %v, want %v", in.steps, want)
+	}
+	if got := b.returnsTo("lockmgr/mode.go"); got != "-" {
+		t.Errorf("returns to the leaf's file %s, want - (not visited)", got)
+	}
+}

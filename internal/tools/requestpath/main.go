@@ -10,7 +10,19 @@
 // request's LockWaitDeferred handler out of the trace (count.go): each time the
 // request's goroutine moves to another file, by a call or a return, is one
 // step; a step into a file visited before is a return. Nothing of the
-// repository is changed. Needs root, /dev/fuse, fusermount3, flock(1), git
+// repository is changed.
+//
+// It prints the same trace counted several ways. The first row is the
+// rule issue 30's figures quote (followed, count.go): a reader reads each
+// function once, does not open the hooks around the request (observer,
+// metrics, the FUSE server's), does not open a leaf (a call under which
+// the request runs no other function of the module: maxMode, lease.Mode;
+// its name reads like a library call's), and follows the request to the
+// backend's entry (Backend.Claim, whose file counts) but not through the
+// backend's own way to its answer, which is the backend's story behind
+// lockmgr.Backend, different for each backend. The second row follows
+// into the (local) backend. The strict rows follow: read once without
+// hooks, read once, and every call executed. Needs root, /dev/fuse, fusermount3, flock(1), git
 // and go.
 //
 //	go run ./internal/tools/requestpath [-rev HEAD] [-lock a/b/.lock] [-from LockWaitDeferred] [-steps] [-keep | -trace FILE]
@@ -99,16 +111,20 @@ func count(trace, from, lock, rev string, steps bool, w io.Writer) error {
 		return err
 	}
 	h, o, r, x := read(root, hookFile), read(root, observerHook), read(root, nil), executed(root)
+	b, l := followed(root, true), followed(root, false)
 	fmt.Fprintf(w, "flock -x %s at %s, from %s:\n", lock, rev, root.fn)
+	fmt.Fprintf(w, "  by the rule, to the backend's entry:     %2d files, %3d returns (read once, without hooks and leaves)\n", len(b.files), b.total())
+	fmt.Fprintf(w, "  by the rule, into the backend:           %2d files, %3d returns\n", len(l.files), l.total())
 	fmt.Fprintf(w, "  read once, without hooks:                %2d files, %3d returns to a file left before\n", len(h.files), h.total())
 	fmt.Fprintf(w, "  read once, without the observer's hooks: %2d files, %3d returns (before 2026-12-03 evening)\n", len(o.files), o.total())
 	fmt.Fprintf(w, "  read once:                               %2d files, %3d returns\n", len(r.files), r.total())
 	fmt.Fprintf(w, "  every call executed:                     %2d files, %3d returns\n", len(x.files), x.total())
-	fmt.Fprintf(w, "  %-36s %8s %8s %8s\n", "returns per file", "no hooks", "read", "executed")
+	fmt.Fprintf(w, "  %-36s %8s %8s %8s %8s %8s\n", "returns per file (-: not visited)", "rule", "rule in", "no hooks", "read", "executed")
 	for _, file := range x.files {
-		fmt.Fprintf(w, "  %-36s %8d %8d %8d\n", file, h.returns[file], r.returns[file], x.returns[file])
+		fmt.Fprintf(w, "  %-36s %8s %8s %8d %8d %8d\n", file, b.returnsTo(file), l.returnsTo(file), h.returns[file], r.returns[file], x.returns[file])
 	}
 	if steps {
+		fmt.Fprintln(w, "by the rule, to the backend's entry:", b.describe())
 		fmt.Fprintln(w, "read once, without hooks:", h.describe())
 		fmt.Fprintln(w, "every call executed:", x.describe())
 	}
