@@ -133,14 +133,14 @@ func profileMount(t *testing.T, src, mnt string, backend lockmgr.Backend) {
 func profileHeld(t *testing.T, out, name, loadgen, root string, held int, whileHeld func()) {
 	t.Helper()
 	type mem struct {
-		heap, stacks uint64
-		goroutines   int
+		heap, live, stacks uint64
+		goroutines         int
 	}
 	memNow := func() mem {
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		return mem{ms.HeapInuse, ms.StackInuse, runtime.NumGoroutine()}
+		return mem{ms.HeapInuse, ms.HeapAlloc, ms.StackInuse, runtime.NumGoroutine()}
 	}
 	before := memNow()
 	cmd := exec.Command(loadgen, "hold", "-root", root, "-n", strconv.Itoa(held), "-fan", "1000")
@@ -178,9 +178,10 @@ func profileHeld(t *testing.T, out, name, loadgen, root string, held int, whileH
 	var ru unix.Rusage
 	unix.Getrusage(unix.RUSAGE_SELF, &ru)
 	perLock := func(a, b uint64) float64 { return (float64(b) - float64(a)) / 1024 / float64(held) }
-	msg := fmt.Sprintf("%d locks held: heap in use %.1f MiB -> %.1f MiB (%.2f KiB per lock); goroutine stacks %.1f MiB -> %.1f MiB "+
+	msg := fmt.Sprintf("%d locks held: heap in use %.1f MiB -> %.1f MiB (%.2f KiB per lock; live objects %.2f KiB per lock, "+
+		"the rest is room in spans that hold some); goroutine stacks %.1f MiB -> %.1f MiB "+
 		"(%.2f KiB per lock; %d -> %d goroutines); max RSS of the test process %.0f MiB",
-		held, float64(before.heap)/(1<<20), float64(after.heap)/(1<<20), perLock(before.heap, after.heap),
+		held, float64(before.heap)/(1<<20), float64(after.heap)/(1<<20), perLock(before.heap, after.heap), perLock(before.live, after.live),
 		float64(before.stacks)/(1<<20), float64(after.stacks)/(1<<20), perLock(before.stacks, after.stacks),
 		before.goroutines, after.goroutines, float64(ru.Maxrss)/1024)
 	t.Log(msg)
@@ -201,6 +202,18 @@ func profileSetup(t *testing.T) (out string, held int, loadgen string) {
 		t.Skip("set LOCKFS_BENCH_PROFILE=DIR to profile an in-process lockfs daemon")
 	}
 	requireFUSE(t)
+	// LOCKFS_BENCH_PROFILE_RATE: bytes per heap profile sample (Go's
+	// default 512 KiB leaves out most of the small objects a held lock
+	// keeps).
+	if s := os.Getenv("LOCKFS_BENCH_PROFILE_RATE"); s != "" {
+		rate, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := runtime.MemProfileRate
+		runtime.MemProfileRate = rate
+		t.Cleanup(func() { runtime.MemProfileRate = old })
+	}
 	held = 15000
 	if s := os.Getenv("LOCKFS_BENCH_PROFILE_HELD"); s != "" {
 		var err error
