@@ -212,13 +212,6 @@ func (b *Backend) goWorker(f func()) bool {
 	return true
 }
 
-// withClose returns ctx, also cancelled when Close begins.
-func (b *Backend) withClose(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(b.closeCtx, cancel)
-	return ctx, func() { stop(); cancel() }
-}
-
 // Close stops the session's goroutines, revokes its lease (which deletes
 // every claim and want key of this host in one request) and closes the
 // client.

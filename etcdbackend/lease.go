@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockfs/lockfs/internal/leaseend"
+	"github.com/lockfs/lockfs/internal/stopctx"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -242,7 +243,7 @@ func (l *lease) Release(ctx context.Context) error {
 	if !drop {
 		return nil
 	}
-	ctx, cancel := b.withClose(ctx)
+	ctx, cancel := stopctx.With(ctx, b.closeCtx)
 	defer cancel()
 	if err := b.dropKeyLocked(ctx, c, l.sess); err != nil {
 		if errors.Is(err, context.Canceled) && b.closeCtx.Err() != nil {

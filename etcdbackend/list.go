@@ -6,6 +6,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockfs/lockfs/internal/stopctx"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -22,7 +23,7 @@ func (b *Backend) ListClaims(ctx context.Context, id lockmgr.LockID) ([]lockmgr.
 		return nil, err
 	}
 	defer b.inflight.Done()
-	ctx, cancel := b.withClose(ctx)
+	ctx, cancel := stopctx.With(ctx, b.closeCtx)
 	defer cancel()
 	var resp *clientv3.GetResponse
 	err := b.retry(ctx, b.cfg.RequestTimeout, "list claims", func(rctx context.Context) error {

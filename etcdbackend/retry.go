@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lockfs/lockfs/internal/backoff"
+	"github.com/lockfs/lockfs/internal/stopctx"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -73,7 +74,7 @@ func transient(err error) bool {
 // by Close, and without wait by noWaitGiveUp; and how long etcd may fail
 // before the call gives up.
 func (b *Backend) bound(ctx context.Context, wait bool) (context.Context, context.CancelFunc, time.Duration) {
-	ctx, cancel := b.withClose(ctx)
+	ctx, cancel := stopctx.With(ctx, b.closeCtx)
 	if wait {
 		return ctx, cancel, b.cfg.UnavailableAfter
 	}

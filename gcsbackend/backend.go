@@ -16,6 +16,7 @@ import (
 	"github.com/lockfs/lockfs/internal/backoff"
 	"github.com/lockfs/lockfs/internal/logs"
 	"github.com/lockfs/lockfs/internal/sessioncfg"
+	"github.com/lockfs/lockfs/internal/stopctx"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -207,7 +208,7 @@ func (b *Backend) claimCall(ctx context.Context, id lockmgr.LockID, mode lockmgr
 		return nil, err
 	}
 	defer b.inflight.Done()
-	ctx, cancel := b.withClose(ctx)
+	ctx, cancel := stopctx.With(ctx, b.closeCtx)
 	defer cancel()
 	giveUp := b.cfg.UnavailableAfter
 	var bound context.Context

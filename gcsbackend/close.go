@@ -22,13 +22,6 @@ func (b *Backend) enter() error {
 	return nil
 }
 
-// withClose returns ctx, also cancelled when Close begins.
-func (b *Backend) withClose(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(b.closeCtx, cancel)
-	return ctx, func() { stop(); cancel() }
-}
-
 // Close makes later calls fail with lockmgr.ErrClosed, ends the waits in
 // progress and the background loops, drops every record of the session
 // (one conditional write each, 32 at a time, each within

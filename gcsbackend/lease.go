@@ -9,6 +9,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lockfs/lockfs/internal/leaseend"
+	"github.com/lockfs/lockfs/internal/stopctx"
 	"github.com/lockfs/lockfs/lockmgr"
 )
 
@@ -188,7 +189,7 @@ func (l *lease) convert(ctx context.Context, mode lockmgr.Mode, wait bool) error
 		return err
 	}
 	defer l.b.inflight.Done()
-	ctx, cancel := l.b.withClose(ctx)
+	ctx, cancel := stopctx.With(ctx, l.b.closeCtx)
 	defer cancel()
 	if err := l.usable(); err != nil {
 		return err
