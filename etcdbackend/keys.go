@@ -94,15 +94,8 @@ func (b *Backend) parseKey(key string) (keyKind, lockmgr.LockID, string) {
 	if dir == "" {
 		dir = "."
 	}
-	var k lockmgr.Kind
-	switch control {
-	case ".lock":
-		k = lockmgr.KindDir
-	case ".lock_newdir":
-		k = lockmgr.KindNewDir
-	case ".lock_usage":
-		k = lockmgr.KindUsage
-	default:
+	k, ok := lockmgr.ControlKind(control)
+	if !ok {
 		return otherKey, lockmgr.LockID{}, ""
 	}
 	return kind, lockmgr.LockID{Path: dir, Kind: k}, sid

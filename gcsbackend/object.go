@@ -286,15 +286,8 @@ func (r *record) encode() []byte {
 // parseLockID reads a lock as LockID.String spells it ("a/b/.lock_newdir").
 func parseLockID(s string) (lockmgr.LockID, error) {
 	dir, ctl := path.Split(s)
-	var k lockmgr.Kind
-	switch ctl {
-	case ".lock":
-		k = lockmgr.KindDir
-	case ".lock_newdir":
-		k = lockmgr.KindNewDir
-	case ".lock_usage":
-		k = lockmgr.KindUsage
-	default:
+	k, ok := lockmgr.ControlKind(ctl)
+	if !ok {
 		return lockmgr.LockID{}, fmt.Errorf("%q is not a lock", s)
 	}
 	p, err := lockmgr.CleanPath(strings.TrimSuffix(dir, "/"))
