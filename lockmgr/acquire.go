@@ -287,7 +287,7 @@ func (e *Engine) usageRuleLocked(rc *reqCtx) error {
 	}
 	var held *hold
 	for h := range e.usage {
-		if h.lost == nil && e.belongsToLineageLocked(h, rc.lineage) {
+		if h.lostErr() == nil && e.belongsToLineageLocked(h, rc.lineage) {
 			held = h
 			break
 		}
@@ -297,7 +297,7 @@ func (e *Engine) usageRuleLocked(rc *reqCtx) error {
 	}
 	if ls := e.locks[rc.req.Lock]; ls != nil {
 		for _, h := range ls.holds.all() {
-			if h.lost != nil || h.mode() < rc.req.Mode {
+			if h.lostErr() != nil || h.mode() < rc.req.Mode {
 				continue
 			}
 			if h.owner == rc.req.Owner || e.belongsToLineageLocked(h, rc.lineage) {
@@ -351,7 +351,8 @@ func (e *Engine) issueToken(ctx context.Context, req Request) (Grant, error) {
 // token tok, or, deferred, with its token due.
 func (e *Engine) newGrantLocked(h *hold, tok uint64, deferred bool) {
 	e.grants++
-	h.grant, h.token, h.tokenDue, h.tokenWarned = e.grants, tok, deferred, false
+	r := h.setRare()
+	r.grant, r.token, r.tokenDue, r.tokenWarned = e.grants, tok, deferred, false
 }
 
 // rollbackDropsMu undoes the implicit steps of a request that failed.

@@ -11,14 +11,15 @@ import (
 // released on return.
 func (e *Engine) convertUnlocksMu(ctx context.Context, ls *lockState, h *hold, rc *reqCtx) (Grant, error) {
 	req := rc.req
-	if h.lost != nil {
-		err := h.lost
+	if h.lostErr() != nil {
+		err := h.lostErr()
 		e.mu.Unlock()
 		return Grant{}, err
 	}
 	switch {
 	case h.explicit == req.Mode:
-		tok, due := h.token, h.tokenDue
+		r := h.rareOf()
+		tok, due := r.token, r.tokenDue
 		e.mu.Unlock()
 		if due && !req.DeferToken {
 			return e.issueToken(ctx, req)

@@ -70,7 +70,7 @@ func (e *Engine) noticeExitsDropsMu(ctx context.Context, ls *lockState, s step, 
 		if len(h.lineage) == 0 || !e.blocksLocked(h, waitNode{ls, s, rc, nil}) {
 			continue
 		}
-		scanning = scanning || h.scanning > 0
+		scanning = scanning || h.rareOf().scanning > 0
 		if w := e.watches[h.lineage[0]]; w != nil && !w.exited {
 			takers = append(takers, h.lineage[0])
 		}
@@ -105,9 +105,9 @@ func (e *Engine) reassignDropsMu(w *procWatch) {
 	var holds []*hold
 	touched := map[LockID]bool{}
 	for h := range w.holds {
-		touched[h.id] = true
+		touched[h.lockID()] = true
 		procs, _ := e.procsLocked(h)
-		if len(procs) == 0 && !h.scanned && h.owner.Class == OwnerFile && h.ino != 0 && h.lost == nil {
+		if len(procs) == 0 && !h.rareOf().scanned && h.owner.Class == OwnerFile && h.ino != 0 && h.lostErr() == nil {
 			holds = append(holds, h)
 		}
 	}
@@ -135,7 +135,7 @@ func (e *Engine) findHeirsDropsMu(holds []*hold) {
 	var inos []uint64
 	idx := othersIndex{}
 	for _, h := range holds {
-		h.scanning++
+		h.setRare().scanning++
 		if known[h.ino] == nil {
 			known[h.ino] = map[int]bool{}
 			inos = append(inos, h.ino)
@@ -153,11 +153,11 @@ func (e *Engine) findHeirsDropsMu(holds []*hold) {
 	e.mu.Lock()
 	idx = othersIndex{}
 	for _, h := range holds {
-		h.scanning--
-		if ls := e.locks[h.id]; ls == nil || ls.holds.get(h.owner) != h {
+		h.rare.scanning-- // set above
+		if ls := e.locks[h.lockID()]; ls == nil || ls.holds.get(h.owner) != h {
 			continue // released meanwhile
 		}
-		if procs, _ := e.procsLocked(h); len(procs) > 0 || h.scanned {
+		if procs, _ := e.procsLocked(h); len(procs) > 0 || h.rare.scanned {
 			continue
 		}
 		heirs, candidates := e.pickHeirsLocked(h, found[h.ino], idx)
@@ -191,11 +191,12 @@ var heirRescans = []time.Duration{
 // heirRescans, if h is still held and nobody's by then; it wakes the
 // waiters of h's lock if the scan names heirs.
 func (e *Engine) rescanLaterLocked(h *hold) {
-	if int(h.rescans) >= len(heirRescans) {
+	r := h.setRare()
+	if int(r.rescans) >= len(heirRescans) {
 		return
 	}
-	timer := e.after(heirRescans[h.rescans])
-	h.rescans++
+	timer := e.after(heirRescans[r.rescans])
+	r.rescans++
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
@@ -206,13 +207,13 @@ func (e *Engine) rescanLaterLocked(h *hold) {
 		}
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		ls := e.locks[h.id]
-		if ls == nil || ls.holds.get(h.owner) != h || h.lost != nil || !h.scanned || len(h.heirs) > 0 {
+		ls := e.locks[h.lockID()]
+		if r := h.rareOf(); ls == nil || ls.holds.get(h.owner) != h || r.lost != nil || !r.scanned || len(r.heirs) > 0 {
 			return // released, lost, taken again or named meanwhile
 		}
-		h.scanned = false
+		h.rare.scanned = false // rareOf said true
 		e.findHeirsDropsMu([]*hold{h})
-		if len(h.heirs) > 0 {
+		if len(h.rareOf().heirs) > 0 {
 			ls.wakeAllLocked()
 		}
 	}()
@@ -220,23 +221,24 @@ func (e *Engine) rescanLaterLocked(h *hold) {
 
 // setHeirsLocked records heirs for h and watches them.
 func (e *Engine) setHeirsLocked(h *hold, heirs []ProcID) {
-	for _, p := range h.heirs {
+	r := h.setRare()
+	for _, p := range r.heirs {
 		e.untrackLocked(h, p)
 	}
-	h.heirs, h.scanned = heirs, true
+	r.heirs, r.scanned = heirs, true
 	for _, p := range heirs {
 		e.trackLocked(h, p)
 	}
 	if len(heirs) > 0 {
 		// A heir that exits later hands on to whoever holds the
 		// descriptor then.
-		h.scanned = false
+		r.scanned = false
 		for _, p := range heirs {
 			if !e.exitedLocked(p) {
 				return
 			}
 		}
-		h.scanned = true
+		r.scanned = true
 	}
 }
 
@@ -252,7 +254,7 @@ func (e *Engine) setHeirsLocked(h *hold, heirs []ProcID) {
 // gathered of each lock since mu was last taken.
 func (e *Engine) othersLocked(h *hold, idx othersIndex) map[ProcID]bool {
 	others := map[ProcID]bool{}
-	ls := e.locks[h.id]
+	ls := e.locks[h.lockID()]
 	if ls == nil {
 		return others
 	}
@@ -304,7 +306,7 @@ func (idx othersIndex) of(e *Engine, ls *lockState) map[uint64][]party {
 // candidates is the number of groups that were not ruled out, groups held
 // by the same processes counted once: heirs are named only if it is 1.
 func (e *Engine) pickHeirsLocked(h *hold, groups [][]ProcID, idx othersIndex) (heirs []ProcID, candidates int) {
-	ls := e.locks[h.id]
+	ls := e.locks[h.lockID()]
 	if ls == nil || len(groups) == 0 {
 		return nil, 0
 	}

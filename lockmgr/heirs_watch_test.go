@@ -172,7 +172,8 @@ func TestHeirsScannedAgainAfterTransientDescriptor(t *testing.T) {
 				e.mu.Lock()
 				defer e.mu.Unlock()
 				h := e.locks[d].holds.get(Owner{OwnerFile, 1})
-				return h.scanned && h.scanning == 0
+				r := h.rareOf()
+				return r.scanned && r.scanning == 0
 			})
 			if p := holder(); p != 100 {
 				t.Fatalf("after the ambiguous scan the hold belongs to %d, want nobody (the taker 100 shown)", p)

@@ -80,7 +80,7 @@ func (e *Engine) loseDropsMu(ls *lockState, lease Lease, cause error) {
 	}
 	owners := make(map[Owner]bool)
 	for o, h := range ls.holds.all() {
-		if h.lost == nil {
+		if h.lostErr() == nil {
 			owners[o] = true
 		}
 	}
@@ -93,10 +93,10 @@ func (e *Engine) loseDropsMu(ls *lockState, lease Lease, cause error) {
 		touched := false
 		for o := range owners {
 			h := l.holds.get(o)
-			if h == nil || h.lost != nil {
+			if h == nil || h.lostErr() != nil {
 				continue
 			}
-			l.change(h, func() { h.lost = cause })
+			l.change(h, func() { h.setRare().lost = cause })
 			touched = true
 			if h.explicit == 0 {
 				continue
@@ -104,7 +104,7 @@ func (e *Engine) loseDropsMu(ls *lockState, lease Lease, cause error) {
 			lost = append(lost, LostHold{Lock: l.id, Holder: e.holderLocked(l, h), Err: cause})
 			e.log.WithError(cause).WithFields(map[string]any{
 				"path": l.id.String(), "kind": l.id.Kind.String(), "mode": h.explicit.String(),
-				"pid": h.lineage.Self().PID, "uid": h.uid, "host": e.host, "token": h.token,
+				"pid": h.lineage.Self().PID, "uid": h.uid, "host": e.host, "token": h.rareOf().token,
 			}).Error("lock lost")
 		}
 		if touched {

@@ -28,8 +28,9 @@ func (e *Engine) procsLocked(h *hold) (procs []ProcID, inherited bool) {
 	if !e.exitedLocked(h.lineage[0]) {
 		return h.lineage[:1], false
 	}
-	live := h.heirs[:0:0]
-	for _, p := range h.heirs {
+	heirs := h.rareOf().heirs
+	live := heirs[:0:0]
+	for _, p := range heirs {
 		if !e.exitedLocked(p) {
 			live = append(live, p)
 		}
@@ -76,14 +77,14 @@ func (e *Engine) exemptLocked(h *hold, s step, rc *reqCtx) bool {
 // ls: then it does not queue behind other waiters (they may be waiting for
 // that very hold, and queueing would deadlock a child behind its parent).
 func (e *Engine) privilegedLocked(ls *lockState, rc *reqCtx) bool {
-	if h := ls.holds.get(rc.req.Owner); h != nil && h.lost == nil {
+	if h := ls.holds.get(rc.req.Owner); h != nil && h.lostErr() == nil {
 		return true
 	}
 	if len(rc.lineage) == 0 {
 		return false
 	}
 	for _, h := range ls.holds.all() {
-		if h.lost == nil && e.belongsToLineageLocked(h, rc.lineage) {
+		if h.lostErr() == nil && e.belongsToLineageLocked(h, rc.lineage) {
 			return true
 		}
 	}

@@ -60,7 +60,8 @@ func (e *Engine) AdoptNewDir(ctx context.Context, parent, name string, tid int) 
 	e.mu.Lock()
 	if ls := e.locks[nd]; ls != nil {
 		if h := ls.holds.get(req.Owner); h != nil && h.explicit == Exclusive {
-			h.adopted = append(h.adopted, child)
+			r := h.setRare()
+			r.adopted = append(r.adopted, child)
 			e.mu.Unlock()
 			return true, nil
 		}
@@ -101,7 +102,9 @@ func (e *Engine) GiveUpAdopted(parent, name string, tid int) bool {
 	if h == nil {
 		return false
 	}
-	h.adopted = slices.DeleteFunc(h.adopted, func(id LockID) bool { return id == child })
+	if r := h.rare; r != nil {
+		r.adopted = slices.DeleteFunc(r.adopted, func(id LockID) bool { return id == child })
+	}
 	e.releaseAdoptedDropsMu(child, h.owner)
 	return true
 }
@@ -124,10 +127,10 @@ func (e *Engine) newDirHolderLocked(nd LockID, lin Lineage, adopted LockID) *hol
 		return nil
 	}
 	for _, h := range ls.holds.all() {
-		if h.lost != nil || h.explicit != Exclusive {
+		if h.lostErr() != nil || h.explicit != Exclusive {
 			continue
 		}
-		if adopted != (LockID{}) && !slices.Contains(h.adopted, adopted) {
+		if adopted != (LockID{}) && !slices.Contains(h.rareOf().adopted, adopted) {
 			continue
 		}
 		if e.belongsToLineageLocked(h, lin) {

@@ -119,10 +119,12 @@ func (e *Engine) untrackAllLocked(h *hold) {
 	if len(h.lineage) > 0 {
 		e.untrackLocked(h, h.lineage[0])
 	}
-	for _, p := range h.heirs {
-		e.untrackLocked(h, p)
+	if r := h.rare; r != nil {
+		for _, p := range r.heirs {
+			e.untrackLocked(h, p)
+		}
+		r.heirs, r.scanned, r.rescans = nil, false, 0
 	}
-	h.heirs, h.scanned, h.rescans = nil, false, 0
 }
 
 // setTakerLocked makes rc's process the taker of h.

@@ -235,7 +235,7 @@ func (e *Engine) broadcastLocked(ls *lockState) {
 		return
 	}
 	for _, h := range ls.holds.all() {
-		if h.lost != nil {
+		if h.lostErr() != nil {
 			continue
 		}
 		procs, inherited := e.procsLocked(h)

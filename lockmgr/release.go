@@ -25,8 +25,10 @@ func (e *Engine) Release(ctx context.Context, id LockID, owner Owner) error {
 		return fmt.Errorf("release %s: %w", id, ErrNotHeld)
 	}
 	mode := h.explicit
-	adopted := h.adopted
-	h.adopted = nil
+	var adopted []LockID
+	if r := h.rare; r != nil {
+		adopted, r.adopted = r.adopted, nil
+	}
 	ls.change(h, func() { h.explicit = 0 })
 	delete(e.usage, h)
 	if h.implicit == 0 {

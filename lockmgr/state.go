@@ -86,7 +86,7 @@ func (ls *lockState) count(h *hold, d int) {
 	case Shared:
 		ls.nLive += d
 	}
-	if h.lost != nil {
+	if h.lostErr() != nil {
 		return
 	}
 	switch h.explicit {
@@ -119,17 +119,43 @@ func (ls *lockState) remove(h *hold) {
 
 // hold is one owner's hold on one lock.
 //
-// A busy host has several per held lock (one on each ancestor), so the
-// fields are ordered and sized to leave no padding: 208 bytes, a size
-// class of its own (docs/BENCHMARKS.md "Held locks").
+// A busy host has several per held lock (one on each ancestor, nearly all
+// of them implicit only), so the fields an implicit-only hold never or
+// seldom sets are kept apart, in holdRare, made on first use; the rest are
+// ordered and sized to leave no padding: 112 bytes, a size class of its
+// own (docs/BENCHMARKS.md "Held locks"; TestHoldSize).
 //
 // INVARIANT: explicit != 0 || implicit > 0.
 type hold struct {
 	owner Owner
-	// id is the lock held.
-	id LockID
+	// path and kind are the lock held (lockID), apart so that kind fills
+	// padding.
+	path string
 	// lineage is the taking process and its ancestors when the hold began.
 	lineage Lineage
+	since   time.Time
+	// ino is the inode number of the control file the hold was taken
+	// through (Request.Ino), to find who holds the descriptor once the
+	// taking process has exited; 0 if unknown.
+	ino uint64
+	// rare holds the other fields; nil while they are all zero. Read them
+	// through rareOf or lostErr, set them through setRare.
+	rare *holdRare
+	// implicit counts the holds taken on behalf of other locks; each is shared.
+	implicit int32
+	// tid is the taking thread (Request.TID; Linux thread ids fit).
+	tid  int32
+	uid  uint32
+	kind Kind
+	// explicit is the mode the owner asked for on this very lock; 0 if it
+	// holds the lock only on behalf of locks below (or D's own newdir/usage).
+	explicit Mode
+}
+
+// holdRare is the part of a hold that an explicit grant, an exit of its
+// taker, a lost lease or a new directory's adoption sets: every explicit
+// hold has one (its grant number), an implicit-only hold seldom.
+type holdRare struct {
 	// heirs are the processes that held the hold's open file description
 	// when the taking process exited, as far as a scan could tell: the
 	// hold belongs to those still alive (SPEC §2.3, heirs.go). Empty
@@ -138,14 +164,9 @@ type hold struct {
 	// adopted lists the new directories whose locks this exclusive
 	// new-dir hold's owner was given (AdoptNewDir); released with it.
 	adopted []LockID
-	since   time.Time
 	// lost is set when the hold's lease was lost or broken: the hold no
 	// longer protects anything and conflicts with nobody.
 	lost error
-	// ino is the inode number of the control file the hold was taken
-	// through (Request.Ino), to find who holds the descriptor once the
-	// taking process has exited; 0 if unknown.
-	ino uint64
 	// token is the grant's fencing token; 0 while tokenDue.
 	token uint64
 	// grant numbers the hold's current explicit grant (Engine.grants).
@@ -153,19 +174,11 @@ type hold struct {
 	// issuing is non-nil while a reader issues the grant's deferred
 	// token, and closed when it is done; other readers wait for it.
 	issuing chan struct{}
-	// implicit counts the holds taken on behalf of other locks; each is shared.
-	implicit int32
 	// scanning counts the /proc scans for heirs in flight.
 	scanning int32
 	// rescans counts the scans made again after one found several
 	// candidate descriptions (heirRescans).
 	rescans int32
-	// tid is the taking thread (Request.TID; Linux thread ids fit).
-	tid int32
-	uid uint32
-	// explicit is the mode the owner asked for on this very lock; 0 if it
-	// holds the lock only on behalf of locks below (or D's own newdir/usage).
-	explicit Mode
 	// scanned: the heirs were looked for since the taker (or the last
 	// heir) exited; a hold nobody could be named for is not scanned again.
 	scanned bool
@@ -176,9 +189,36 @@ type hold struct {
 	tokenWarned bool
 }
 
+// lockID is the lock held.
+func (h *hold) lockID() LockID { return LockID{Path: h.path, Kind: h.kind} }
+
+// rareOf returns a copy of h's rare fields, all zero if it has none.
+func (h *hold) rareOf() holdRare {
+	if h.rare == nil {
+		return holdRare{}
+	}
+	return *h.rare
+}
+
+// setRare returns h's rare fields to change, making them if h has none.
+func (h *hold) setRare() *holdRare {
+	if h.rare == nil {
+		h.rare = &holdRare{}
+	}
+	return h.rare
+}
+
+// lostErr is h's rare.lost: why the hold was lost, nil if it was not.
+func (h *hold) lostErr() error {
+	if h.rare == nil {
+		return nil
+	}
+	return h.rare.lost
+}
+
 // mode is the hold's effective mode for conflicts.
 func (h *hold) mode() Mode {
-	if h.lost != nil {
+	if h.lostErr() != nil {
 		return 0
 	}
 	if h.implicit > 0 {
@@ -251,7 +291,7 @@ func (e *Engine) lockLocked(id LockID) *lockState {
 func (e *Engine) addHoldLocked(ls *lockState, s step, rc *reqCtx) {
 	h := ls.holds.get(rc.req.Owner)
 	if h == nil {
-		h = &hold{owner: rc.req.Owner, id: ls.id, tid: int32(rc.req.TID), uid: rc.req.UID, since: e.now(), ino: rc.req.Ino}
+		h = &hold{owner: rc.req.Owner, path: ls.id.Path, kind: ls.id.Kind, tid: int32(rc.req.TID), uid: rc.req.UID, since: e.now(), ino: rc.req.Ino}
 		e.setTakerLocked(h, rc.lineage)
 		ls.insert(h)
 	}
@@ -260,7 +300,7 @@ func (e *Engine) addHoldLocked(ls *lockState, s step, rc *reqCtx) {
 			h.since = e.now()
 		}
 		ls.change(h, func() { h.explicit = s.mode })
-		if rc.lineage.Self() != h.lineage.Self() || len(h.heirs) > 0 || h.scanned {
+		if r := h.rareOf(); rc.lineage.Self() != h.lineage.Self() || len(r.heirs) > 0 || r.scanned {
 			e.setTakerLocked(h, rc.lineage)
 		}
 		h.lineage, h.tid, h.uid = rc.lineage, int32(rc.req.TID), rc.req.UID

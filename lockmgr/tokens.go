@@ -51,12 +51,12 @@ type dueToken struct {
 // its next grant, which numbers it anew: only explicit grants have tokens.)
 // GUARDED_BY(Engine.mu)
 func (h *hold) owesToken() bool {
-	return h.tokenDue && h.explicit != 0 && h.lost == nil
+	return h.rare != nil && h.rare.tokenDue && h.explicit != 0 && h.rare.lost == nil
 }
 
 // dueOf is h's current grant on ls as a dueToken.
 func dueOf(ls *lockState, h *hold) dueToken {
-	return dueToken{ls: ls, h: h, grant: h.grant, lease: ls.lease}
+	return dueToken{ls: ls, h: h, grant: h.rareOf().grant, lease: ls.lease}
 }
 
 // dueLocked appends ls's grants whose token is due to out.
@@ -75,7 +75,7 @@ func (e *Engine) dueLocked(ls *lockState, out []dueToken) []dueToken {
 // stillDueLocked reports whether d's grant is still the hold's current
 // grant and still owes its token.
 func stillDueLocked(d dueToken) bool {
-	return d.ls.holds.get(d.h.owner) == d.h && d.h.grant == d.grant && d.h.owesToken()
+	return d.ls.holds.get(d.h.owner) == d.h && d.h.rareOf().grant == d.grant && d.h.owesToken()
 }
 
 // issue issues the tokens of due, one after the other.
@@ -93,7 +93,7 @@ func (e *Engine) issueOne(d dueToken) {
 			e.mu.Unlock()
 			return
 		}
-		ch := d.h.issuing
+		ch := d.h.rareOf().issuing
 		if ch == nil {
 			break
 		}
@@ -106,7 +106,7 @@ func (e *Engine) issueOne(d dueToken) {
 		e.mu.Lock()
 	}
 	ch := make(chan struct{})
-	d.h.issuing = ch
+	d.h.setRare().issuing = ch
 	e.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(e.ctx, e.tokenTimeout)
@@ -114,21 +114,22 @@ func (e *Engine) issueOne(d dueToken) {
 	cancel()
 
 	e.mu.Lock()
-	d.h.issuing = nil
+	r := d.h.setRare()
+	r.issuing = nil
 	warn := false
 	switch {
 	case !stillDueLocked(d):
 		err = nil // the grant ended meanwhile: its token is nobody's
 	case err == nil:
-		d.h.token, d.h.tokenDue = tok, false
+		r.token, r.tokenDue = tok, false
 	case e.ctx.Err() != nil:
 		// Closing: no reading comes after this one.
 	case errors.Is(err, context.DeadlineExceeded):
 		// Still due: the next reading tries again.
-		warn, d.h.tokenWarned = !d.h.tokenWarned, true
+		warn, r.tokenWarned = !r.tokenWarned, true
 	default:
-		d.h.tokenDue = false // it reads 0 from now on
-		warn, d.h.tokenWarned = !d.h.tokenWarned, true
+		r.tokenDue = false // it reads 0 from now on
+		warn, r.tokenWarned = !r.tokenWarned, true
 	}
 	pid := d.h.lineage.Self().PID
 	e.mu.Unlock()
@@ -159,15 +160,15 @@ func (e *Engine) Token(id LockID, owner Owner) (uint64, error) {
 		case h == nil || h.explicit == 0:
 			e.mu.Unlock()
 			return 0, fmt.Errorf("token of %s: %w", id, ErrNotHeld)
-		case !h.tokenDue:
-			tok := h.token
+		case !h.rareOf().tokenDue:
+			tok := h.rareOf().token
 			e.mu.Unlock()
 			if tok == 0 {
 				return 0, fmt.Errorf("token of %s: none was issued (see the log)", id)
 			}
 			return tok, nil
-		case h.lost != nil:
-			err := h.lost
+		case h.lostErr() != nil:
+			err := h.lostErr()
 			e.mu.Unlock()
 			return 0, fmt.Errorf("token of %s: %w", id, err)
 		case ls.lease == nil:
@@ -176,7 +177,7 @@ func (e *Engine) Token(id LockID, owner Owner) (uint64, error) {
 		case e.closed:
 			e.mu.Unlock()
 			return 0, fmt.Errorf("token of %s: %w", id, ErrClosed)
-		case tries > 0 && h.tokenWarned:
+		case tries > 0 && h.rareOf().tokenWarned:
 			e.mu.Unlock()
 			return 0, fmt.Errorf("token of %s: not issued in %v (see the log)", id, e.tokenTimeout)
 		}
