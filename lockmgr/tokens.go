@@ -16,7 +16,7 @@ import (
 // read and a write of the backing file, made on every grant otherwise.
 //
 // Why a token issued late still fences: it is issued by the lease while
-// the grant is held (the grant, numbered in hold.grant, is checked to be
+// the grant is held (the grant, numbered in holdRare.grant, is checked to be
 // the hold's current one and not lost both before and after the lease's
 // NextToken), so it is greater than the token of every grant that ended
 // before this one began, whether that token was read or not, and smaller
@@ -28,7 +28,7 @@ import (
 // # Locking
 //
 // Nothing is held across NextToken. The first reader of a due token marks
-// the hold as issuing (hold.issuing, under mu) and calls the lease; other
+// the hold as issuing (holdRare.issuing, under mu) and calls the lease; other
 // readers of that hold wait on the channel, readers of other holds do not
 // wait at all. One issuance is bounded by tokenTimeout: a backing file that
 // some other program keeps locked (the local backend polls its OFD lock)
