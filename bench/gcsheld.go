@@ -218,19 +218,11 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rssMany, err := rssMB(sides[0].m.pid())
+	rssMany, rssBase, err := readBoth(rssMB, sides[0].m, sides[1].m)
 	if err != nil {
 		return err
 	}
-	rssBase, err := rssMB(sides[1].m.pid())
-	if err != nil {
-		return err
-	}
-	fdsMany, err := openFDs(sides[0].m.pid())
-	if err != nil {
-		return err
-	}
-	fdsBase, err := openFDs(sides[1].m.pid())
+	fdsMany, fdsBase, err := readBoth(openFDs, sides[0].m, sides[1].m)
 	if err != nil {
 		return err
 	}
@@ -298,6 +290,17 @@ func countLosses(logPath string) int {
 		return 0
 	}
 	return strings.Count(string(b), `level=error msg="lock lost"`)
+}
+
+// readBoth reads one figure of two sides' daemons (rssMB, openFDs), the
+// side holding many locks first.
+func readBoth[T any](read func(pid int) (T, error), many, base *mount) (T, T, error) {
+	m, err := read(many.pid())
+	if err != nil {
+		return m, m, err
+	}
+	b, err := read(base.pid())
+	return m, b, err
 }
 
 // openFDs counts the descriptors process pid has open.

@@ -115,11 +115,7 @@ func (r *runner) held(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rssMany, err := rssMB(sides[0].m.pid())
-	if err != nil {
-		return err
-	}
-	rssBase, err := rssMB(sides[1].m.pid())
+	rssMany, rssBase, err := readBoth(rssMB, sides[0].m, sides[1].m)
 	if err != nil {
 		return err
 	}
