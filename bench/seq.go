@@ -55,6 +55,56 @@ func (r *runner) seq(ctx context.Context) error {
 		return err
 	}
 	sides := []string{filepath.Join(r.lockfs.dir, "seq"), dir, filepath.Join(r.gofuse.dir, "seq"), filepath.Join(r.gofuseNoPT.dir, "seq"), filepath.Join(r.lockfsNoPT.dir, "seq")}
+	var f seqFigures
+	for rep := 0; rep < r.cfg.Reps; rep++ {
+		if err := r.seqRep(ctx, dir, sides, rep, &f); err != nil {
+			return err
+		}
+	}
+	r.seqResults(&f)
+	return nil
+}
+
+// seqSeries holds lockfs, SOURCE, go-fuse, go-fuse without passthrough
+// and lockfs without passthrough figures, one per repetition.
+type seqSeries [5][]float64
+
+// seqFigures are seq's four measurements.
+type seqFigures struct {
+	wr, wrBuf, rdCold, rdWarm seqSeries
+}
+
+// step measures fn on each side and appends the figures to s: lockfs and
+// SOURCE alternately, then go-fuse with passthrough, then go-fuse and
+// lockfs without passthrough alternately (the two sides of the *_nopt
+// ratios).
+func (s *seqSeries) step(rep int, fn func(side int) (float64, error)) error {
+	var x [5]float64
+	side := func(i int) func() error {
+		return func() (err error) {
+			x[i], err = fn(i)
+			return err
+		}
+	}
+	if err := alternate(rep, side(0), side(1)); err != nil {
+		return err
+	}
+	if err := side(2)(); err != nil {
+		return err
+	}
+	if err := alternate(rep, side(3), side(4)); err != nil {
+		return err
+	}
+	for i := range x {
+		s[i] = append(s[i], x[i])
+	}
+	return nil
+}
+
+// seqRep is repetition rep of seq: the writes, with and without fsync,
+// and the reads, not cached and cached, on every side (sides; dir is
+// SOURCE's side). It frees the disk when done.
+func (r *runner) seqRep(ctx context.Context, dir string, sides []string, rep int, f *seqFigures) error {
 	size := fmt.Sprint(r.cfg.SeqBytes)
 	rate := func(args ...string) (float64, error) {
 		var out struct {
@@ -63,104 +113,79 @@ func (r *runner) seq(ctx context.Context) error {
 		err := runJSON(ctx, &out, r.bin(binLoadgen), args...)
 		return out.MBPerS, err
 	}
-	// series holds lockfs, SOURCE, go-fuse, go-fuse without passthrough
-	// and lockfs without passthrough figures.
-	type series [5][]float64
-	var wr, wrBuf, rdCold, rdWarm series
-	// step measures fn on each side: lockfs and SOURCE alternately, then
-	// go-fuse with passthrough, then go-fuse and lockfs without
-	// passthrough alternately (the two sides of the *_nopt ratios).
-	step := func(s *series, rep int, fn func(side int) (float64, error)) error {
-		var x [5]float64
-		side := func(i int) func() error {
-			return func() (err error) {
-				x[i], err = fn(i)
-				return err
-			}
-		}
-		if err := alternate(rep, side(0), side(1)); err != nil {
-			return err
-		}
-		if err := side(2)(); err != nil {
-			return err
-		}
-		if err := alternate(rep, side(3), side(4)); err != nil {
-			return err
-		}
-		for i := range x {
-			s[i] = append(s[i], x[i])
-		}
-		return nil
+	name := func(kind string, side int) string { return fmt.Sprintf("%s-%d-%d", kind, side, rep) }
+	err := f.wr.step(rep, func(i int) (float64, error) {
+		return rate("write", "-file", filepath.Join(sides[i], name("w", i)), "-size", size, "-fsync")
+	})
+	if err != nil {
+		return err
 	}
-	for rep := 0; rep < r.cfg.Reps; rep++ {
-		name := func(kind string, side int) string { return fmt.Sprintf("%s-%d-%d", kind, side, rep) }
-		err := step(&wr, rep, func(i int) (float64, error) {
-			return rate("write", "-file", filepath.Join(sides[i], name("w", i)), "-size", size, "-fsync")
-		})
-		if err != nil {
+	err = f.wrBuf.step(rep, func(i int) (float64, error) {
+		return rate("write", "-file", filepath.Join(sides[i], name("b", i)), "-size", size)
+	})
+	if err != nil {
+		return err
+	}
+	// Write the buffered files back, off the clock, so that their
+	// writeback does not slow the next steps.
+	for i := range sides {
+		if err := fsyncFile(filepath.Join(dir, name("b", i))); err != nil {
 			return err
-		}
-		err = step(&wrBuf, rep, func(i int) (float64, error) {
-			return rate("write", "-file", filepath.Join(sides[i], name("b", i)), "-size", size)
-		})
-		if err != nil {
-			return err
-		}
-		// Write the buffered files back, off the clock, so that their
-		// writeback does not slow the next steps.
-		for i := range sides {
-			if err := fsyncFile(filepath.Join(dir, name("b", i))); err != nil {
-				return err
-			}
-		}
-		// Files to read, one per side, written on SOURCE and dropped from
-		// the cache.
-		for i := range sides {
-			p := filepath.Join(dir, name("r", i))
-			if _, err := rate("write", "-file", p, "-size", size, "-fsync"); err != nil {
-				return err
-			}
-			if err := dropCache(p); err != nil {
-				return err
-			}
-		}
-		read := func(i int) (float64, error) { return rate("read", "-file", filepath.Join(sides[i], name("r", i))) }
-		if err := step(&rdCold, rep, read); err != nil {
-			return err
-		}
-		// A cached read of 256 MiB takes 15-30 ms, so one reading per
-		// side moves with whatever else the VM does in those
-		// milliseconds: each side reads its cached file warmReads times
-		// in a row and counts the median.
-		warm := func(i int) (float64, error) {
-			xs := make([]float64, 0, warmReads)
-			for range warmReads {
-				x, err := read(i)
-				if err != nil {
-					return 0, err
-				}
-				xs = append(xs, x)
-			}
-			return summarize(xs).Med, nil
-		}
-		if err := step(&rdWarm, rep, warm); err != nil {
-			return err
-		}
-		at := func(s series) string {
-			return fmt.Sprintf("%.0f/%.0f/%.0f/%.0f/%.0f", s[0][rep], s[1][rep], s[2][rep], s[3][rep], s[4][rep])
-		}
-		r.logf("seq rep %d (MB/s, lockfs/SOURCE/go-fuse/go-fuse without passthrough/lockfs without passthrough): write %s, buffered %s, read cold %s, warm %s",
-			rep, at(wr), at(wrBuf), at(rdCold), at(rdWarm))
-		// Free the disk before the next repetition.
-		ents, _ := os.ReadDir(dir)
-		for _, e := range ents {
-			os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
+	// Files to read, one per side, written on SOURCE and dropped from
+	// the cache.
+	for i := range sides {
+		p := filepath.Join(dir, name("r", i))
+		if _, err := rate("write", "-file", p, "-size", size, "-fsync"); err != nil {
+			return err
+		}
+		if err := dropCache(p); err != nil {
+			return err
+		}
+	}
+	read := func(i int) (float64, error) { return rate("read", "-file", filepath.Join(sides[i], name("r", i))) }
+	if err := f.rdCold.step(rep, read); err != nil {
+		return err
+	}
+	// A cached read of 256 MiB takes 15-30 ms, so one reading per
+	// side moves with whatever else the VM does in those
+	// milliseconds: each side reads its cached file warmReads times
+	// in a row and counts the median.
+	warm := func(i int) (float64, error) {
+		xs := make([]float64, 0, warmReads)
+		for range warmReads {
+			x, err := read(i)
+			if err != nil {
+				return 0, err
+			}
+			xs = append(xs, x)
+		}
+		return summarize(xs).Med, nil
+	}
+	if err := f.rdWarm.step(rep, warm); err != nil {
+		return err
+	}
+	at := func(s seqSeries) string {
+		return fmt.Sprintf("%.0f/%.0f/%.0f/%.0f/%.0f", s[0][rep], s[1][rep], s[2][rep], s[3][rep], s[4][rep])
+	}
+	r.logf("seq rep %d (MB/s, lockfs/SOURCE/go-fuse/go-fuse without passthrough/lockfs without passthrough): write %s, buffered %s, read cold %s, warm %s",
+		rep, at(f.wr), at(f.wrBuf), at(f.rdCold), at(f.rdWarm))
+	// Free the disk before the next repetition.
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		os.Remove(filepath.Join(dir, e.Name()))
+	}
+	return nil
+}
+
+// seqResults records seq's keys and rows.
+func (r *runner) seqResults(f *seqFigures) {
 	g, gc, gn := atLeast(0.9), atLeast(0.8), atLeast(1.5)
+	wr, wrBuf, rdCold, rdWarm := f.wr, f.wrBuf, f.rdCold, f.rdWarm
 	for _, v := range []struct {
 		key, label string
-		s          series
+		s          seqSeries
 		goal       *goal
 	}{
 		{"seq_write", "sequential write + fsync", wr, &g},
@@ -192,7 +217,7 @@ func (r *runner) seq(ctx context.Context) error {
 	// lockfs without passthrough against go-fuse without passthrough.
 	for _, v := range []struct {
 		key, label string
-		s          series
+		s          seqSeries
 	}{
 		{"seq_write_nopt", "sequential write + fsync", wr},
 		{"seq_read_nopt", "sequential read, not cached", rdCold},
@@ -205,7 +230,6 @@ func (r *runner) seq(ctx context.Context) error {
 		r.res.addRow(Row{fmt.Sprintf("%s %d MiB, lockfs --passthrough=off vs go-fuse loopback -no-passthrough", v.label, r.cfg.SeqBytes>>20),
 			fmtSummary(sl, "MB/s"), fmtSummary(sn, "MB/s"), fmtSummary(rat, ""), gt, met})
 	}
-	return nil
 }
 
 // fsyncFile writes p's dirty pages back.
