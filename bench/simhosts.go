@@ -113,43 +113,11 @@ func simHosts() error {
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
-	var lost atomic.Int64
-	hosts := make([]simHost, spec.hosts)
-	for k := range hosts {
-		if hosts[k], err = simBackends[spec.backend](ctx, spec, fmt.Sprintf("sim-h%d", spec.first+k), &lost); err != nil {
+	sh := &simHelper{ctx: context.Background(), spec: spec, hosts: make([]simHost, spec.hosts)}
+	for k := range sh.hosts {
+		if sh.hosts[k], err = simBackends[spec.backend](sh.ctx, spec, fmt.Sprintf("sim-h%d", spec.first+k), &sh.lost); err != nil {
 			return err
 		}
-	}
-	// each runs f on every (host, lock) pair, simWorkers' take at a time,
-	// and counts the failures.
-	each := func(f func(h simHost, i, j int) error) (failed int64, first error) {
-		var mu sync.Mutex
-		parallel(ctx, spec.hosts*spec.locks, simWorkers[spec.backend].take, func(n int) error {
-			k, j := n%spec.hosts, n/spec.hosts
-			if err := f(hosts[k], spec.first+k, j); err != nil {
-				mu.Lock()
-				failed++
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
-			return nil
-		})
-		return failed, first
-	}
-	acquire := func(h simHost, i, j int) error {
-		actx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		_, err := h.e.Acquire(actx, gcsRequest(simLock(i, j), j+1, true))
-		return err
-	}
-	release := func(h simHost, i, j int) error {
-		rctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		req := gcsRequest(simLock(i, j), j+1, true)
-		return h.e.Release(rctx, req.Lock, req.Owner)
 	}
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
@@ -158,100 +126,161 @@ func simHosts() error {
 			continue
 		}
 		start := time.Now()
-		switch cmd[0] {
-		case "take":
-			if len(cmd) != 2 {
-				return fmt.Errorf("bad command %q", in.Text())
-			}
-			bound, err := time.ParseDuration(cmd[1])
-			if err != nil {
-				return err
-			}
-			tctx, cancel := context.WithTimeout(ctx, bound)
-			var held atomic.Int64
-			stop := make(chan struct{})
-			go func() {
-				t := time.NewTicker(30 * time.Second)
-				defer t.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-t.C:
-						fmt.Printf("progress %d\n", held.Load())
-					}
-				}
-			}()
-			failed, first := each(func(h simHost, i, j int) error {
-				if tctx.Err() != nil {
-					return tctx.Err()
-				}
-				actx, acancel := context.WithTimeout(tctx, time.Minute)
-				defer acancel()
-				if _, err := h.e.Acquire(actx, gcsRequest(simLock(i, j), j+1, true)); err != nil {
-					return err
-				}
-				held.Add(1)
-				return nil
-			})
-			cancel()
-			close(stop)
-			if first != nil {
-				fmt.Fprintln(os.Stderr, "take: first failure:", first)
-			}
-			fmt.Printf("took %d %d %d %.3f\n", held.Load(), failed, lost.Load(), time.Since(start).Seconds())
-		case "stats":
-			var sum []uint64
-			for _, h := range hosts {
-				st := h.stats()
-				if sum == nil {
-					sum = make([]uint64, len(st))
-				}
-				for i, n := range st {
-					sum[i] += n
-				}
-			}
-			fmt.Print("stats")
-			for _, n := range sum {
-				fmt.Printf(" %d", n)
-			}
-			fmt.Println()
-		case "churn":
-			if len(cmd) != 3 {
-				return fmt.Errorf("bad command %q", in.Text())
-			}
-			dur, err1 := time.ParseDuration(cmd[1])
-			every, err2 := time.ParseDuration(cmd[2])
-			if err := errors.Join(err1, err2); err != nil {
-				return err
-			}
-			// Each cycle: release every lock, leave them released
-			// (warm) for half the period, take them all again and
-			// hold them for the other half.
-			var cycles, failed int64
-			for time.Since(start) < dur {
-				t0 := time.Now()
-				f1, e1 := each(release)
-				time.Sleep(every/2 - time.Since(t0))
-				f2, e2 := each(acquire)
-				if e := errors.Join(e1, e2); e != nil {
-					fmt.Fprintln(os.Stderr, "churn:", e)
-				}
-				cycles++
-				failed += f1 + f2
-				time.Sleep(every - time.Since(t0))
-			}
-			fmt.Printf("churned %d %d %d\n", cycles, failed, lost.Load())
-		case "close":
-			parallel(ctx, len(hosts), simWorkers[spec.backend].close, func(k int) error {
-				hosts[k].e.Close() // a release that failed expires after its TTL
-				return nil
-			})
-			fmt.Printf("closed %d %.3f\n", lost.Load(), time.Since(start).Seconds())
+		switch {
+		case cmd[0] == "take" && len(cmd) == 2:
+			err = sh.take(cmd[1], start)
+		case cmd[0] == "stats":
+			sh.stats()
+		case cmd[0] == "churn" && len(cmd) == 3:
+			err = sh.churn(cmd[1], cmd[2], start)
+		case cmd[0] == "close":
+			sh.close(start)
 			return nil
 		default:
 			return fmt.Errorf("bad command %q", in.Text())
 		}
+		if err != nil {
+			return err
+		}
 	}
 	return in.Err()
+}
+
+// simHelper is a sim helper process's hosts, and the holds their engines
+// reported lost so far.
+type simHelper struct {
+	ctx   context.Context
+	spec  simSpec
+	hosts []simHost
+	lost  atomic.Int64
+}
+
+// each runs f on every (host, lock) pair, simWorkers' take at a time, and
+// counts the failures.
+func (sh *simHelper) each(f func(h simHost, i, j int) error) (failed int64, first error) {
+	var mu sync.Mutex
+	parallel(sh.ctx, sh.spec.hosts*sh.spec.locks, simWorkers[sh.spec.backend].take, func(n int) error {
+		k, j := n%sh.spec.hosts, n/sh.spec.hosts
+		if err := f(sh.hosts[k], sh.spec.first+k, j); err != nil {
+			mu.Lock()
+			failed++
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+		}
+		return nil
+	})
+	return failed, first
+}
+
+func (sh *simHelper) acquire(h simHost, i, j int) error {
+	actx, cancel := context.WithTimeout(sh.ctx, time.Minute)
+	defer cancel()
+	_, err := h.e.Acquire(actx, gcsRequest(simLock(i, j), j+1, true))
+	return err
+}
+
+func (sh *simHelper) release(h simHost, i, j int) error {
+	rctx, cancel := context.WithTimeout(sh.ctx, time.Minute)
+	defer cancel()
+	req := gcsRequest(simLock(i, j), j+1, true)
+	return h.e.Release(rctx, req.Lock, req.Owner)
+}
+
+// take answers "take DUR": every host takes its locks, for at most DUR,
+// printing its progress every 30 s.
+func (sh *simHelper) take(dur string, start time.Time) error {
+	bound, err := time.ParseDuration(dur)
+	if err != nil {
+		return err
+	}
+	tctx, cancel := context.WithTimeout(sh.ctx, bound)
+	var held atomic.Int64
+	stop := make(chan struct{})
+	go func() {
+		t := time.NewTicker(30 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				fmt.Printf("progress %d\n", held.Load())
+			}
+		}
+	}()
+	failed, first := sh.each(func(h simHost, i, j int) error {
+		if tctx.Err() != nil {
+			return tctx.Err()
+		}
+		actx, acancel := context.WithTimeout(tctx, time.Minute)
+		defer acancel()
+		if _, err := h.e.Acquire(actx, gcsRequest(simLock(i, j), j+1, true)); err != nil {
+			return err
+		}
+		held.Add(1)
+		return nil
+	})
+	cancel()
+	close(stop)
+	if first != nil {
+		fmt.Fprintln(os.Stderr, "take: first failure:", first)
+	}
+	fmt.Printf("took %d %d %d %.3f\n", held.Load(), failed, sh.lost.Load(), time.Since(start).Seconds())
+	return nil
+}
+
+// stats answers "stats": the requests the hosts' backends counted so far.
+func (sh *simHelper) stats() {
+	var sum []uint64
+	for _, h := range sh.hosts {
+		st := h.stats()
+		if sum == nil {
+			sum = make([]uint64, len(st))
+		}
+		for i, n := range st {
+			sum[i] += n
+		}
+	}
+	fmt.Print("stats")
+	for _, n := range sum {
+		fmt.Printf(" %d", n)
+	}
+	fmt.Println()
+}
+
+// churn answers "churn DUR EVERY". Each cycle: release every lock, leave
+// them released (warm) for half the period, take them all again and hold
+// them for the other half.
+func (sh *simHelper) churn(durS, everyS string, start time.Time) error {
+	dur, err1 := time.ParseDuration(durS)
+	every, err2 := time.ParseDuration(everyS)
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	var cycles, failed int64
+	for time.Since(start) < dur {
+		t0 := time.Now()
+		f1, e1 := sh.each(sh.release)
+		time.Sleep(every/2 - time.Since(t0))
+		f2, e2 := sh.each(sh.acquire)
+		if e := errors.Join(e1, e2); e != nil {
+			fmt.Fprintln(os.Stderr, "churn:", e)
+		}
+		cycles++
+		failed += f1 + f2
+		time.Sleep(every - time.Since(t0))
+	}
+	fmt.Printf("churned %d %d %d\n", cycles, failed, sh.lost.Load())
+	return nil
+}
+
+// close answers "close": every host closed, a few at a time.
+func (sh *simHelper) close(start time.Time) {
+	parallel(sh.ctx, len(sh.hosts), simWorkers[sh.spec.backend].close, func(k int) error {
+		sh.hosts[k].e.Close() // a release that failed expires after its TTL
+		return nil
+	})
+	fmt.Printf("closed %d %.3f\n", sh.lost.Load(), time.Since(start).Seconds())
 }
