@@ -79,30 +79,7 @@ func (r *runner) gcsSim(ctx context.Context) error {
 	}
 
 	// The idle fleet, then the churning one, counted by the hosts.
-	counts := func() (requests, error) {
-		f, err := procs.askAll(ctx, "stats", "stats")
-		if err != nil {
-			return requests{}, err
-		}
-		return requests{f[0], f[1], f[2], f[3]}, nil
-	}
-	window := func(run func() error) (requests, float64, error) {
-		c0, err := counts()
-		if err != nil {
-			return requests{}, 0, err
-		}
-		t0 := time.Now()
-		if err := run(); err != nil {
-			return requests{}, 0, err
-		}
-		secs := time.Since(t0).Seconds()
-		c1, err := counts()
-		if err != nil {
-			return requests{}, 0, err
-		}
-		return c1.sub(c0).per(secs), secs, nil
-	}
-	idle, _, err := window(func() error {
+	idle, _, err := procs.window(ctx, func() error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -114,7 +91,7 @@ func (r *runner) gcsSim(ctx context.Context) error {
 		return err
 	}
 	var churn []float64
-	churnMix, secs, err := window(func() error {
+	churnMix, secs, err := procs.window(ctx, func() error {
 		var err error
 		churn, err = procs.askAll(ctx, fmt.Sprintf("churn %v %v", r.cfg.GCSSimChurnDur, r.cfg.GCSSimChurnEvery), "churned")
 		return err
@@ -127,43 +104,85 @@ func (r *runner) gcsSim(ctx context.Context) error {
 		return err
 	}
 
-	usd := func(m requests) float64 {
-		return (m.classA()*usdPerClassA + m.reads*usdPerClassB) * secPerMonth / float64(n)
-	}
-	res.set("gcs_sim_1000_hosts_writes_per_s", idle.writes)
-	res.set("gcs_sim_1000_hosts_losses", lost)
-	res.set("gcs_sim_1000_hosts_class_a_per_s", idle.classA())
-	res.set("gcs_sim_reads_per_s", idle.reads)
-	res.set("gcs_sim_lists_per_s", idle.lists)
-	res.set("gcs_sim_deletes_per_s", idle.deletes)
-	res.set("gcs_sim_churn_writes_per_s", churnMix.writes)
-	res.set("gcs_sim_churn_reads_per_s", churnMix.reads)
-	res.set("gcs_sim_churn_lists_per_s", churnMix.lists)
-	res.set("gcs_sim_churn_deletes_per_s", churnMix.deletes)
-	res.set("gcs_sim_churn_cycles", churn[0]/float64(nproc))
-	res.set("gcs_sim_close_s", closeS)
-	res.set("gcs_usd_per_host_month_idle", usd(idle))
-	res.set("gcs_usd_per_host_month_churning", usd(churnMix))
-	r.logf("gcs sim: idle %v: %s; churning %.1fs: %s (%.0f failed); closed in %.1fs; %.0f holds lost",
-		r.cfg.GCSSimDur, idle, secs, churnMix, churn[1], closeS, lost)
+	r.gcsSimResults(gcsSimFigures{n: n, per: per, nproc: nproc, setup: setup, idle: idle, churnMix: churnMix,
+		churn: churn, churnS: secs, lost: lost, closeS: closeS})
+	return nil
+}
 
-	what := fmt.Sprintf("%d hosts × %d locks in %d processes, default TTL, %v steady", n, per, nproc, r.cfg.GCSSimDur)
+// gcsSimFigures are what gcsSim measured.
+type gcsSimFigures struct {
+	n, per, nproc        int           // hosts, locks per host, processes
+	setup                time.Duration // to take every lock
+	idle, churnMix       requests      // per second, idle and churning
+	churn                []float64     // the churn's answer: cycles (all processes), failed
+	churnS, lost, closeS float64       // the churn's seconds, holds lost, the close's seconds
+}
+
+// gcsSimResults records gcsSim's keys and rows.
+func (r *runner) gcsSimResults(f gcsSimFigures) {
+	res := r.res
+	usd := func(m requests) float64 {
+		return (m.classA()*usdPerClassA + m.reads*usdPerClassB) * secPerMonth / float64(f.n)
+	}
+	res.set("gcs_sim_1000_hosts_writes_per_s", f.idle.writes)
+	res.set("gcs_sim_1000_hosts_losses", f.lost)
+	res.set("gcs_sim_1000_hosts_class_a_per_s", f.idle.classA())
+	res.set("gcs_sim_reads_per_s", f.idle.reads)
+	res.set("gcs_sim_lists_per_s", f.idle.lists)
+	res.set("gcs_sim_deletes_per_s", f.idle.deletes)
+	res.set("gcs_sim_churn_writes_per_s", f.churnMix.writes)
+	res.set("gcs_sim_churn_reads_per_s", f.churnMix.reads)
+	res.set("gcs_sim_churn_lists_per_s", f.churnMix.lists)
+	res.set("gcs_sim_churn_deletes_per_s", f.churnMix.deletes)
+	res.set("gcs_sim_churn_cycles", f.churn[0]/float64(f.nproc))
+	res.set("gcs_sim_close_s", f.closeS)
+	res.set("gcs_usd_per_host_month_idle", usd(f.idle))
+	res.set("gcs_usd_per_host_month_churning", usd(f.churnMix))
+	r.logf("gcs sim: idle %v: %s; churning %.1fs: %s (%.0f failed); closed in %.1fs; %.0f holds lost",
+		r.cfg.GCSSimDur, f.idle, f.churnS, f.churnMix, f.churn[1], f.closeS, f.lost)
+
+	what := fmt.Sprintf("%d hosts × %d locks in %d processes, default TTL, %v steady", f.n, f.per, f.nproc, r.cfg.GCSSimDur)
 	for _, k := range []struct {
 		name, key, ref string
 		g              goal
 	}{
-		{"GCS sim: writes/s sent to GCS, " + what, "gcs_sim_1000_hosts_writes_per_s", fmt.Sprintf("%s; setup %s s", idle, fmtNum(setup.Seconds())), atMost(150)},
-		{"GCS sim: holds lost (setup to close)", "gcs_sim_1000_hosts_losses", fmt.Sprintf("closed in %s s", fmtNum(closeS)), equal(0)},
+		{"GCS sim: writes/s sent to GCS, " + what, "gcs_sim_1000_hosts_writes_per_s", fmt.Sprintf("%s; setup %s s", f.idle, fmtNum(f.setup.Seconds())), atMost(150)},
+		{"GCS sim: holds lost (setup to close)", "gcs_sim_1000_hosts_losses", fmt.Sprintf("closed in %s s", fmtNum(f.closeS)), equal(0)},
 		{"GCS sim: Class A requests/s (writes, lists)", "gcs_sim_1000_hosts_class_a_per_s", "", atMost(120)},
-		{"GCS: USD per host-month, idle (100 held, list prices of 2026-12-03)", "gcs_usd_per_host_month_idle", "fleet: " + idle.String(), atMost(2)},
+		{"GCS: USD per host-month, idle (100 held, list prices of 2026-12-03)", "gcs_usd_per_host_month_idle", "fleet: " + f.idle.String(), atMost(2)},
 		{fmt.Sprintf("GCS: USD per host-month, churning (every %v all released, taken again %v later)", r.cfg.GCSSimChurnEvery, r.cfg.GCSSimChurnEvery/2),
-			"gcs_usd_per_host_month_churning", "fleet: " + churnMix.String(), atMost(2)},
+			"gcs_usd_per_host_month_churning", "fleet: " + f.churnMix.String(), atMost(2)},
 	} {
 		v, _ := res.Value(k.key)
 		gt, met := res.met(k.key, &k.g)
 		res.addRow(Row{k.name, fmtNum(v), k.ref, "", gt, met})
 	}
-	return nil
+}
+
+// window runs run and returns the requests per second the hosts' backends
+// counted meanwhile, and how many seconds it ran.
+func (p simProcs) window(ctx context.Context, run func() error) (requests, float64, error) {
+	counts := func() (requests, error) {
+		f, err := p.askAll(ctx, "stats", "stats")
+		if err != nil {
+			return requests{}, err
+		}
+		return requests{f[0], f[1], f[2], f[3]}, nil
+	}
+	c0, err := counts()
+	if err != nil {
+		return requests{}, 0, err
+	}
+	t0 := time.Now()
+	if err := run(); err != nil {
+		return requests{}, 0, err
+	}
+	secs := time.Since(t0).Seconds()
+	c1, err := counts()
+	if err != nil {
+		return requests{}, 0, err
+	}
+	return c1.sub(c0).per(secs), secs, nil
 }
 
 // requests are GCS requests by kind, counted by the hosts' backends, or
