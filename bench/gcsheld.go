@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/lockfs/lockfs/gcsbackend/gcstest"
 )
 
@@ -48,15 +46,9 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 		return nil
 	}
 	// The holders inherit the raised soft limit.
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+	lim, err := softNofileToHard()
+	if err != nil {
 		return err
-	}
-	if lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-			return err
-		}
 	}
 	perProc := min(r.cfg.GCSHeldPerProc, int(lim.Cur)-heldReserve)
 	if perProc < 1 {

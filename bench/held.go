@@ -44,26 +44,9 @@ const heldReserve = 1000
 // needs no descriptor per lock (gcsHeld).
 func (r *runner) held(ctx context.Context) error {
 	want, base := r.cfg.HeldLocks, r.cfg.HeldBase
-	n := want
-	limitNote := ""
-	if err := raiseNofile(uint64(want + heldReserve)); err != nil {
-		var lim unix.Rlimit
-		if gerr := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); gerr != nil {
-			return gerr
-		}
-		if lim.Cur < lim.Max {
-			lim.Cur = lim.Max
-			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-				return err
-			}
-		}
-		n = int(lim.Max) - heldReserve
-		if n < base {
-			return fmt.Errorf("RLIMIT_NOFILE %d leaves room for %d locks, fewer than the %d of the base: %w", lim.Max, n, base, err)
-		}
-		limitNote = fmt.Sprintf("RLIMIT_NOFILE hard limit is %d and cannot be raised here (%v); the local backend keeps one descriptor per held lock, so one daemon can hold at most about %d: measured with %d held",
-			lim.Max, err, lim.Max-100, n)
-		r.logf("held: %s", limitNote)
+	n, limitNote, err := r.heldRoom(want, base)
+	if err != nil {
+		return err
 	}
 	type side struct {
 		name   string
@@ -119,43 +102,96 @@ func (r *runner) held(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sm, sf := summarize(many), summarize(few)
-	rat := summarize(ratios(many, few))
-	perLockKB := (rssMany - rssBase) * 1024 / float64(n-base)
-	r.res.set("held_locks", float64(n))
-	r.res.set("held_base_locks", float64(base))
-	r.res.set("held_rss_mb", rssMany)
-	r.res.set("held_base_rss_mb", rssBase)
-	r.res.set("idle_rss_mb", idle)
+	r.heldResults(heldFigures{want: want, n: n, base: base, limitNote: limitNote, idle: idle, rssMany: rssMany, rssBase: rssBase, many: many, few: few})
+	return nil
+}
+
+// heldRoom raises RLIMIT_NOFILE for want held locks and returns how many
+// can be held: want, or, where the limit cannot be raised that far, as
+// many as the hard limit leaves room for, with the note that says so.
+func (r *runner) heldRoom(want, base int) (n int, limitNote string, err error) {
+	err = raiseNofile(uint64(want + heldReserve))
+	if err == nil {
+		return want, "", nil
+	}
+	lim, lerr := softNofileToHard()
+	if lerr != nil {
+		return 0, "", lerr
+	}
+	n = int(lim.Max) - heldReserve
+	if n < base {
+		return 0, "", fmt.Errorf("RLIMIT_NOFILE %d leaves room for %d locks, fewer than the %d of the base: %w", lim.Max, n, base, err)
+	}
+	limitNote = fmt.Sprintf("RLIMIT_NOFILE hard limit is %d and cannot be raised here (%v); the local backend keeps one descriptor per held lock, so one daemon can hold at most about %d: measured with %d held",
+		lim.Max, err, lim.Max-100, n)
+	r.logf("held: %s", limitNote)
+	return n, limitNote, nil
+}
+
+// softNofileToHard raises the soft RLIMIT_NOFILE to the hard limit (the
+// children started after inherit it) and returns the limits.
+func softNofileToHard() (unix.Rlimit, error) {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return lim, err
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			return lim, err
+		}
+	}
+	return lim, nil
+}
+
+// heldFigures are what held measured: want locks wanted, n held beside
+// base; the daemons' RSS (MiB), idle before the holders; the µs per pair
+// of each repetition beside many and few locks.
+type heldFigures struct {
+	want, n, base          int
+	limitNote              string
+	idle, rssMany, rssBase float64
+	many, few              []float64
+}
+
+// heldResults records held's keys and rows.
+func (r *runner) heldResults(f heldFigures) {
+	sm, sf := summarize(f.many), summarize(f.few)
+	rat := summarize(ratios(f.many, f.few))
+	perLockKB := (f.rssMany - f.rssBase) * 1024 / float64(f.n-f.base)
+	r.res.set("held_locks", float64(f.n))
+	r.res.set("held_base_locks", float64(f.base))
+	r.res.set("held_rss_mb", f.rssMany)
+	r.res.set("held_base_rss_mb", f.rssBase)
+	r.res.set("idle_rss_mb", f.idle)
 	r.res.set("held_rss_kb_per_lock", perLockKB)
 	r.res.setSummary("acquire_held_us", sm)
 	r.res.setSummary("acquire_base_held_us", sf)
 	r.res.setSummary("acquire_ratio_held_vs_base", rat)
 	rssGoal, ratioGoal := atMost(256), atMost(1.2)
-	if n == want {
-		r.res.set("local_held_100k_rss_mb", rssMany)
+	if f.n == f.want {
+		r.res.set("local_held_100k_rss_mb", f.rssMany)
 		r.res.setSummary("local_acquire_ratio_100k_vs_100", rat)
 		gt, met := r.res.met("local_held_100k_rss_mb", &rssGoal)
-		r.res.addRow(Row{fmt.Sprintf("local daemon RSS with %d locks held (MiB) vs %d held", n, base),
-			fmtNum(rssMany) + " MiB", fmtNum(rssBase) + " MiB", "", gt, met})
+		r.res.addRow(Row{fmt.Sprintf("local daemon RSS with %d locks held (MiB) vs %d held", f.n, f.base),
+			fmtNum(f.rssMany) + " MiB", fmtNum(f.rssBase) + " MiB", "", gt, met})
 		gt, met = r.res.met("local_acquire_ratio_100k_vs_100", &ratioGoal)
-		r.res.addRow(Row{fmt.Sprintf("one more EX+UN pair with %d held (µs) vs %d held", n, base),
+		r.res.addRow(Row{fmt.Sprintf("one more EX+UN pair with %d held (µs) vs %d held", f.n, f.base),
 			fmtSummary(sm, "µs"), fmtSummary(sf, "µs"), fmtSummary(rat, ""), gt, met})
-		return nil
+		return
 	}
 	// Fewer than wanted: the figures for `want` are unavailable.
-	projected := rssBase + perLockKB*float64(want-base)/1024
+	projected := f.rssBase + perLockKB*float64(f.want-f.base)/1024
 	r.res.setNull("local_held_100k_rss_mb")
 	r.res.setNull("local_acquire_ratio_100k_vs_100")
 	r.res.set("local_held_100k_rss_mb_projected", projected)
-	r.res.notes["local_held_100k_unavailable_reason"] = limitNote
-	r.res.addRow(Row{fmt.Sprintf("local daemon RSS with %d locks held (MiB) vs %d held (%d unreachable: fd limit)", n, base, want),
-		fmtNum(rssMany) + " MiB", fmtNum(rssBase) + " MiB", "", rssGoal.text + " at " + itoa(want), "n/a"})
-	r.res.addRow(Row{fmt.Sprintf("  projected linearly to %d held (%.2f KiB per lock)", want, perLockKB),
+	r.res.notes["local_held_100k_unavailable_reason"] = f.limitNote
+	r.res.addRow(Row{fmt.Sprintf("local daemon RSS with %d locks held (MiB) vs %d held (%d unreachable: fd limit)", f.n, f.base, f.want),
+		fmtNum(f.rssMany) + " MiB", fmtNum(f.rssBase) + " MiB", "", rssGoal.text + " at " + itoa(f.want), "n/a"})
+	r.res.addRow(Row{fmt.Sprintf("  projected linearly to %d held (%.2f KiB per lock)", f.want, perLockKB),
 		fmtNum(projected) + " MiB", "", "", rssGoal.text, "(" + projectedMet(rssGoal, projected) + ")"})
-	r.res.addRow(Row{fmt.Sprintf("one more EX+UN pair with %d held (µs) vs %d held", n, base),
-		fmtSummary(sm, "µs"), fmtSummary(sf, "µs"), fmtSummary(rat, ""), ratioGoal.text + " at " + itoa(want), "n/a"})
-	return nil
+	r.res.addRow(Row{fmt.Sprintf("one more EX+UN pair with %d held (µs) vs %d held", f.n, f.base),
+		fmtSummary(sm, "µs"), fmtSummary(sf, "µs"), fmtSummary(rat, ""), ratioGoal.text + " at " + itoa(f.want), "n/a"})
 }
 
 // pairsBeside times EX+UN pairs on the control files many (with nMany
