@@ -60,15 +60,8 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 	}
 	defer env.close()
 
-	type side struct {
-		name    string
-		locks   int
-		m       *mount
-		ctl     string
-		holders []*lineProc
-	}
 	want, base := r.cfg.GCSHeldLocks, r.cfg.HeldBase
-	sides := []*side{{name: "gcs-held-many", locks: want}, {name: "gcs-held-base", locks: base}}
+	sides := []*gcsHeldSide{{name: "gcs-held-many", locks: want}, {name: "gcs-held-base", locks: base}}
 	// 200,000 directories: on tmpfs where there is one, so that making
 	// and removing them takes seconds, not minutes; removed when done.
 	srcRoot, err := os.MkdirTemp(shmDir(r.work), "lockfs-bench-gcsheld-")
@@ -81,68 +74,11 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 		}
 	}()
 	setupDone := false
-	defer func() {
-		// All at once. A holder still taking its locks is killed, but a
-		// thread of it in a FUSE request lingers until its daemon answers
-		// or stops, so the daemons are stopped meanwhile, not after.
-		stop := time.Now()
-		var wg sync.WaitGroup
-		for _, s := range sides {
-			for _, h := range s.holders {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if setupDone {
-						h.stop()
-					} else {
-						h.kill()
-					}
-				}()
-			}
-		}
-		if !setupDone {
-			for _, s := range sides {
-				if s.m != nil {
-					wg.Add(1)
-					go func() { defer wg.Done(); s.m.unmount() }()
-				}
-			}
-		}
-		wg.Wait()
-		for _, s := range sides {
-			if s.m != nil {
-				wg.Add(1)
-				go func() { defer wg.Done(); s.m.unmount() }() // safe twice
-			}
-		}
-		wg.Wait()
-		r.logf("gcs held: holders and daemons stopped in %v", time.Since(stop).Round(time.Millisecond))
-	}()
+	defer func() { r.stopGCSHeld(sides, setupDone) }()
 	for _, s := range sides {
-		src := filepath.Join(srcRoot, s.name)
-		for p := 0; p*perProc < s.locks; p++ {
-			if err := makeHeldTreeAt(filepath.Join(src, fmt.Sprintf("hp%d", p)), min(perProc, s.locks-p*perProc)); err != nil {
-				return err
-			}
-		}
-		if err := os.MkdirAll(filepath.Join(src, gcsLock), 0o755); err != nil {
+		if err := r.mountGCSHeld(ctx, env, filepath.Join(srcRoot, s.name), s, perProc); err != nil {
 			return err
 		}
-		mnt, err := r.dir("mnt", s.name)
-		if err != nil {
-			return err
-		}
-		s.m, err = startMount(ctx, s.name, r.logDir, mnt, r.bin(binLockfs), "mount", "--log-level", "warn",
-			"--backend", "gcs", "--gcs-bucket", gcsBucket, "--gcs-prefix", s.name+"/",
-			"--gcs-endpoint", gcstest.Endpoint(env.emu.url), "--host-id", s.name,
-			// Not signalled: a loss whose holder has exited can signal
-			// the holder's parent's process group, the harness's.
-			"--on-lease-loss", "none", src, mnt)
-		if err != nil {
-			return err
-		}
-		r.atClose(s.m.unmount)
-		s.ctl = filepath.Join(mnt, gcsLock, ".lock")
 	}
 	idle, err := rssMB(sides[0].m.pid())
 	if err != nil {
@@ -153,40 +89,10 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.GCSHeldSetup)
 	defer cancel()
 	start := time.Now()
-	held, retries := 0, 0
-	for _, s := range sides {
-		for p := 0; p*perProc < s.locks; p++ {
-			n := min(perProc, s.locks-p*perProc)
-			h, err := r.startLineProc(fmt.Sprintf("%s-holder%d", s.name, p), "hold", "-root", filepath.Join(s.m.dir, fmt.Sprintf("hp%d", p)),
-				"-n", itoa(n), "-fan", itoa(heldFan))
-			if err != nil {
-				return err
-			}
-			s.holders = append(s.holders, h)
-		}
+	if err := r.startGCSHolders(sides, perProc); err != nil {
+		return err
 	}
-	var setupErr error
-	for _, s := range sides {
-		for p, h := range s.holders {
-			n := min(perProc, s.locks-p*perProc)
-			b, err := h.line(sctx, r.cfg.GCSHeldSetup)
-			var out struct{ Held, Retries float64 }
-			if err == nil {
-				if jerr := json.Unmarshal(b, &out); jerr != nil || int(out.Held) != n {
-					err = fmt.Errorf("holder: unexpected output %q", b)
-				}
-			}
-			if err != nil {
-				setupErr = fmt.Errorf("%s holder %d (%d locks): %w", s.name, p, n, err)
-				break
-			}
-			held += n
-			retries += int(out.Retries)
-		}
-		if setupErr != nil {
-			break
-		}
-	}
+	held, retries, setupErr := r.awaitGCSHolders(sctx, sides, perProc)
 	setup := time.Since(start)
 	r.res.set("gcs_held_setup_s", setup.Seconds())
 	r.res.set("gcs_held_locks", float64(held))
@@ -203,7 +109,131 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 	}
 	setupDone = true
 	r.logf("gcs held: %d + %d locks held after %v (%d claims asked again after ENOLCK)", want, base, setup.Round(time.Millisecond), retries)
+	return r.measureGCSHeld(ctx, sides, idle)
+}
 
+// gcsHeldSide is one daemon of gcsHeld: its locks, mount and holders.
+type gcsHeldSide struct {
+	name    string
+	locks   int
+	m       *mount
+	ctl     string
+	holders []*lineProc
+}
+
+// mountGCSHeld makes side s's SOURCE src, with the directories of its
+// holders (perProc locks each), and mounts it with the gcs backend.
+func (r *runner) mountGCSHeld(ctx context.Context, env *gcsEnv, src string, s *gcsHeldSide, perProc int) error {
+	for p := 0; p*perProc < s.locks; p++ {
+		if err := makeHeldTreeAt(filepath.Join(src, fmt.Sprintf("hp%d", p)), min(perProc, s.locks-p*perProc)); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(src, gcsLock), 0o755); err != nil {
+		return err
+	}
+	mnt, err := r.dir("mnt", s.name)
+	if err != nil {
+		return err
+	}
+	s.m, err = startMount(ctx, s.name, r.logDir, mnt, r.bin(binLockfs), "mount", "--log-level", "warn",
+		"--backend", "gcs", "--gcs-bucket", gcsBucket, "--gcs-prefix", s.name+"/",
+		"--gcs-endpoint", gcstest.Endpoint(env.emu.url), "--host-id", s.name,
+		// Not signalled: a loss whose holder has exited can signal
+		// the holder's parent's process group, the harness's.
+		"--on-lease-loss", "none", src, mnt)
+	if err != nil {
+		return err
+	}
+	r.atClose(s.m.unmount)
+	s.ctl = filepath.Join(mnt, gcsLock, ".lock")
+	return nil
+}
+
+// startGCSHolders starts every side's holder processes, perProc locks
+// each.
+func (r *runner) startGCSHolders(sides []*gcsHeldSide, perProc int) error {
+	for _, s := range sides {
+		for p := 0; p*perProc < s.locks; p++ {
+			n := min(perProc, s.locks-p*perProc)
+			h, err := r.startLineProc(fmt.Sprintf("%s-holder%d", s.name, p), "hold", "-root", filepath.Join(s.m.dir, fmt.Sprintf("hp%d", p)),
+				"-n", itoa(n), "-fan", itoa(heldFan))
+			if err != nil {
+				return err
+			}
+			s.holders = append(s.holders, h)
+		}
+	}
+	return nil
+}
+
+// awaitGCSHolders waits for each holder to say it holds its locks, until
+// ctx ends. It returns the locks held, the claims the holders asked
+// again, and the first failure.
+func (r *runner) awaitGCSHolders(ctx context.Context, sides []*gcsHeldSide, perProc int) (held, retries int, err error) {
+	for _, s := range sides {
+		for p, h := range s.holders {
+			n := min(perProc, s.locks-p*perProc)
+			b, err := h.line(ctx, r.cfg.GCSHeldSetup)
+			var out struct{ Held, Retries float64 }
+			if err == nil {
+				if jerr := json.Unmarshal(b, &out); jerr != nil || int(out.Held) != n {
+					err = fmt.Errorf("holder: unexpected output %q", b)
+				}
+			}
+			if err != nil {
+				return held, retries, fmt.Errorf("%s holder %d (%d locks): %w", s.name, p, n, err)
+			}
+			held += n
+			retries += int(out.Retries)
+		}
+	}
+	return held, retries, nil
+}
+
+// stopGCSHeld stops the holders and the daemons, all at once. A holder
+// still taking its locks (setupDone false) is killed, but a thread of it
+// in a FUSE request lingers until its daemon answers or stops, so the
+// daemons are stopped meanwhile, not after.
+func (r *runner) stopGCSHeld(sides []*gcsHeldSide, setupDone bool) {
+	stop := time.Now()
+	var wg sync.WaitGroup
+	for _, s := range sides {
+		for _, h := range s.holders {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if setupDone {
+					h.stop()
+				} else {
+					h.kill()
+				}
+			}()
+		}
+	}
+	if !setupDone {
+		for _, s := range sides {
+			if s.m != nil {
+				wg.Add(1)
+				go func() { defer wg.Done(); s.m.unmount() }()
+			}
+		}
+	}
+	wg.Wait()
+	for _, s := range sides {
+		if s.m != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); s.m.unmount() }() // safe twice
+		}
+	}
+	wg.Wait()
+	r.logf("gcs held: holders and daemons stopped in %v", time.Since(stop).Round(time.Millisecond))
+}
+
+// measureGCSHeld times the pairs beside the held locks, reads the daemons'
+// figures, and records gcsHeld's keys and rows.
+func (r *runner) measureGCSHeld(ctx context.Context, sides []*gcsHeldSide, idle float64) error {
+	want, base := sides[0].locks, sides[1].locks
 	pctx, pcancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer pcancel()
 	many, few, err := r.pairsBeside(pctx, "gcs held", sides[0].ctl, sides[1].ctl, want, base, r.cfg.GCSHeldPairs, r.cfg.GCSReps)
