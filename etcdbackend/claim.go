@@ -396,26 +396,3 @@ func (b *Backend) claimTxn(ctx context.Context, giveUp time.Duration, rs []keyRa
 	b.stats.txns.Add(1)
 	return resp, err
 }
-
-func gets(rs []keyRange) []clientv3.Op {
-	ops := make([]clientv3.Op, len(rs))
-	for i, r := range rs {
-		ops[i] = clientv3.OpGet(r.key, r.opts()...)
-	}
-	return ops
-}
-
-// read reads the ranges at one revision.
-func (b *Backend) read(ctx context.Context, giveUp time.Duration, rs []keyRange) (*snapshot, error) {
-	var resp *clientv3.TxnResponse
-	err := b.retry(ctx, giveUp, "read", func(rctx context.Context) error {
-		var err error
-		resp, err = b.cli.Txn(rctx).Then(gets(rs)...).Commit()
-		return err
-	})
-	b.stats.reads.Add(1)
-	if err != nil {
-		return nil, err
-	}
-	return b.parseSnapshot(resp.Header.Revision, resp.Responses)
-}

@@ -1,9 +1,12 @@
 package etcdbackend
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -24,6 +27,30 @@ type keyRecord struct {
 	host string
 	// rev is the key's create revision: a want's place in the queue.
 	rev int64
+}
+
+// gets are the reads of the ranges rs.
+func gets(rs []keyRange) []clientv3.Op {
+	ops := make([]clientv3.Op, len(rs))
+	for i, r := range rs {
+		ops[i] = clientv3.OpGet(r.key, r.opts()...)
+	}
+	return ops
+}
+
+// read reads the ranges at one revision.
+func (b *Backend) read(ctx context.Context, giveUp time.Duration, rs []keyRange) (*snapshot, error) {
+	var resp *clientv3.TxnResponse
+	err := b.retry(ctx, giveUp, "read", func(rctx context.Context) error {
+		var err error
+		resp, err = b.cli.Txn(rctx).Then(gets(rs)...).Commit()
+		return err
+	})
+	b.stats.reads.Add(1)
+	if err != nil {
+		return nil, err
+	}
+	return b.parseSnapshot(resp.Header.Revision, resp.Responses)
 }
 
 // parseSnapshot reads the range responses of a transaction at rev.
