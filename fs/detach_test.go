@@ -456,7 +456,7 @@ func TestDetachKeepsOtherFileSystems(t *testing.T) {
 		}
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		return n.detached, len(n.open), n.fhOK
+		return int(n.detached), len(n.open), n.fhOK
 	}
 	if detached, kept, _ := open("sub/f"); detached != 0 || kept != 1 {
 		t.Errorf("a file on the tmpfs beneath SOURCE: %d detached handles, %d descriptors kept; want 0 and 1", detached, kept)
