@@ -108,7 +108,7 @@ func Start(cfg Config) (_ *Daemon, err error) {
 		}
 		return d, nil
 	}
-	m := metrics.New(func() []lockmgr.LockStatus { return d.engine.Snapshot() })
+	m := metrics.New(func() lockmgr.Tally { return d.engine.Tally() }) // d.engine is made below, with m its observer
 	if bb.counts != nil {
 		m.RegisterBackendRequests(bb.counts)
 	}

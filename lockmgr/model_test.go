@@ -299,6 +299,10 @@ func (m *modelRun) check(rt *rapid.T) {
 	if err := m.verify(); err != nil {
 		rt.Fatal(err)
 	}
+	// The metrics' count of the table is the status's.
+	if d := tallyDiff(m.e.Tally(), tallyOf(m.e.Snapshot())); d != "" {
+		rt.Fatalf("Tally and Snapshot disagree: %s", d)
+	}
 }
 
 // verify is check's body.

@@ -38,8 +38,9 @@ type Metrics struct {
 var _ lockmgr.Observer = (*Metrics)(nil)
 
 // New makes the metrics. held, if not nil, is asked at every scrape for the
-// locks currently held (by kind and mode).
-func New(held func() []lockmgr.LockStatus) *Metrics {
+// locks currently held and waited for (lockmgr.Engine.Tally: counts, not a
+// copy of the table).
+func New(held func() lockmgr.Tally) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
 	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "lockfs_lock_wait_seconds",
@@ -81,7 +82,7 @@ func New(held func() []lockmgr.LockStatus) *Metrics {
 		m.yields.WithLabelValues(k.String())
 	}
 	if held != nil {
-		m.reg.MustRegister(&heldCollector{snapshot: held, desc: prometheus.NewDesc("lockfs_locks_held",
+		m.reg.MustRegister(&heldCollector{tally: held, desc: prometheus.NewDesc("lockfs_locks_held",
 			"Explicit holds of this host's processes that are not lost, by kind and mode "+
 				"(the implicit shared holds on ancestors are not counted).",
 			[]string{"kind", "mode"}, nil), waiters: prometheus.NewDesc("lockfs_lock_waiters",
@@ -156,11 +157,11 @@ func (m *Metrics) FUSEOp(op string, took time.Duration) {
 	m.fuseOps.WithLabelValues(op).Observe(took.Seconds())
 }
 
-// heldCollector reads the engine's table at scrape time.
+// heldCollector counts the engine's table at scrape time.
 type heldCollector struct {
-	snapshot func() []lockmgr.LockStatus
-	desc     *prometheus.Desc
-	waiters  *prometheus.Desc
+	tally   func() lockmgr.Tally
+	desc    *prometheus.Desc
+	waiters *prometheus.Desc
 }
 
 func (c *heldCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -169,28 +170,13 @@ func (c *heldCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *heldCollector) Collect(ch chan<- prometheus.Metric) {
-	type key struct{ kind, mode string }
-	held := map[key]int{}
-	waiting := map[string]int{}
+	t := c.tally()
 	for _, k := range kinds {
 		for _, md := range modes {
-			held[key{k.String(), md.String()}] = 0
+			n := t.Held[lockmgr.KindMode{Kind: k, Mode: md}]
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k.String(), md.String())
 		}
-		waiting[k.String()] = 0
-	}
-	for _, st := range c.snapshot() {
-		for _, h := range st.Holders {
-			if h.Explicit && h.Lost == nil {
-				held[key{st.Lock.Kind.String(), h.Mode.String()}]++
-			}
-		}
-		waiting[st.Lock.Kind.String()] += len(st.Waiters)
-	}
-	for k, n := range held {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k.kind, k.mode)
-	}
-	for k, n := range waiting {
-		ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(n), k)
+		ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(t.Waiting[k]), k.String())
 	}
 }
 

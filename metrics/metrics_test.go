@@ -12,12 +12,11 @@ import (
 
 // TestExposition: the counters move and the exposition names them.
 func TestExposition(t *testing.T) {
-	held := []lockmgr.LockStatus{{
-		Lock:    lockmgr.LockID{Path: "a", Kind: lockmgr.KindDir},
-		Holders: []lockmgr.Holder{{Mode: lockmgr.Exclusive, Explicit: true}},
-		Waiters: []lockmgr.Waiter{{Mode: lockmgr.Shared}},
-	}}
-	m := New(func() []lockmgr.LockStatus { return held })
+	held := lockmgr.Tally{
+		Held:    map[lockmgr.KindMode]int{{Kind: lockmgr.KindDir, Mode: lockmgr.Exclusive}: 1},
+		Waiting: map[lockmgr.Kind]int{lockmgr.KindDir: 1},
+	}
+	m := New(func() lockmgr.Tally { return held })
 	id := lockmgr.LockID{Path: "a", Kind: lockmgr.KindDir}
 	m.Requested(lockmgr.Request{Lock: id, Mode: lockmgr.Exclusive}, lockmgr.Grant{Token: 1}, lockmgr.Granted, 3*time.Millisecond)
 	m.Requested(lockmgr.Request{Lock: id, Mode: lockmgr.Shared}, lockmgr.Grant{}, lockmgr.Conflict, time.Microsecond)
@@ -78,7 +77,7 @@ func scrape(t *testing.T, m *Metrics) string {
 // exported at 0 (so increase() > 0 sees the first event), the build is
 // named, and the wait histogram reaches an hour.
 func TestCountersStartAtZero(t *testing.T) {
-	m := New(func() []lockmgr.LockStatus { return nil })
+	m := New(func() lockmgr.Tally { return lockmgr.Tally{} })
 	m.RegisterBuildInfo("v1.2.3", "local")
 	m.RegisterBackendRequests(func() []Count { return []Count{{Op: "lease", Outcome: "lost"}} })
 	text := scrape(t, m)
