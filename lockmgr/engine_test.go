@@ -110,10 +110,7 @@ func TestCancelLeavesNoTrace(t *testing.T) {
 	if err := e.Release(ctx, LockID{Path: "a/b", Kind: KindDir}, Owner{OwnerFile, 1}); err != nil {
 		t.Fatal(err)
 	}
-	e.mu.Lock()
-	n := len(e.locks)
-	e.mu.Unlock()
-	if n != 0 {
+	if n := tableLen(e); n != 0 {
 		t.Fatalf("%d table entries left", n)
 	}
 }

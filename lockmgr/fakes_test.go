@@ -500,3 +500,10 @@ func (t *fakeTree) watchCounts(pid int) (started, waiting int) {
 	defer t.mu.Unlock()
 	return t.waits[pid], t.waiting[pid]
 }
+
+// tableLen is the number of locks in e's table.
+func tableLen(e *Engine) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.locks)
+}

@@ -71,10 +71,7 @@ func TestImplicitHoldsHaveNoRare(t *testing.T) {
 	if err := e.Release(ctx, dirLock("a/b/c"), owner); err != nil {
 		t.Fatal(err)
 	}
-	e.mu.Lock()
-	n := len(e.locks)
-	e.mu.Unlock()
-	if n != 0 {
+	if n := tableLen(e); n != 0 {
 		t.Errorf("%d locks left in the table after the release", n)
 	}
 }
