@@ -291,7 +291,11 @@ func TestTwoLocalEnginesTakeTurns(t *testing.T) {
 				}
 				switch {
 				case c.keepContended && err == nil && try < tries:
-					t.Logf("control: the other engine got the lock in %v (try %d of %d); trying again", took, try, tries)
+					// The other's turn left the busy engine's requesters
+					// waiting for the backend, its lease gone: the next try
+					// is a fair one only once they hold the lock again.
+					t.Logf("control: the other engine got the lock in %v (try %d of %d); trying again once the busy one is busy again", took, try, tries)
+					awaitGrants(t, &grants, 3, "after the other's turn")
 					continue
 				case c.keepContended && err == nil:
 					t.Fatalf("control: the other engine got the lock in each of %d tries (the last in %v) while the busy one kept it", tries, took)
@@ -307,13 +311,19 @@ func TestTwoLocalEnginesTakeTurns(t *testing.T) {
 				break
 			}
 			// Either way, the busy engine's requesters go on.
-			before := grants.Load()
-			for deadline := time.Now().Add(20 * time.Second); grants.Load() < before+3; {
-				if time.Now().After(deadline) {
-					t.Fatal("the busy engine's requesters made no progress after the other's turn")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			awaitGrants(t, &grants, 3, "after the other's turn")
 		})
+	}
+}
+
+// awaitGrants waits until grants has grown by n, failing the test after 20 s.
+func awaitGrants(t *testing.T, grants *atomic.Int64, n int64, when string) {
+	t.Helper()
+	before := grants.Load()
+	for deadline := time.Now().Add(20 * time.Second); grants.Load() < before+n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the busy engine's requesters made no progress %s", when)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
