@@ -5,16 +5,9 @@ import (
 	"errors"
 	"testing"
 	"time"
-)
 
-func closed(c context.Context) bool {
-	select {
-	case <-c.Done():
-		return true
-	default:
-		return false
-	}
-}
+	"github.com/lockfs/lockfs/internal/testutil"
+)
 
 func waitDone(t *testing.T, done <-chan struct{}) {
 	t.Helper()
@@ -37,29 +30,29 @@ func TestLazy(t *testing.T) {
 		t.Fatal("an unused context was derived")
 	}
 	// Cancelled before first use: done at first use.
-	if !closed(unused) || unused.Err() != context.Canceled {
-		t.Fatalf("cancelled before use: done %v, err %v", closed(unused), unused.Err())
+	if !testutil.Done(unused) || unused.Err() != context.Canceled {
+		t.Fatalf("cancelled before use: done %v, err %v", testutil.Done(unused), unused.Err())
 	}
 	if !unused.Made() {
 		t.Fatal("control: Done should have made it")
 	}
 	// Used, then cancelled.
 	used := New(context.Background(), nil)
-	if closed(used) {
+	if testutil.Done(used) {
 		t.Fatal("done before any cancel")
 	}
 	used.Cancel()
-	if !closed(used) {
+	if !testutil.Done(used) {
 		t.Fatal("not done after Cancel")
 	}
 	// The parent's end reaches a made one.
 	parent, stop := context.WithCancel(context.Background())
 	child := New(parent, nil)
-	if closed(child) {
+	if testutil.Done(child) {
 		t.Fatal("done before the parent ended")
 	}
 	stop()
-	if !closed(child) {
+	if !testutil.Done(child) {
 		t.Fatal("not done after the parent ended")
 	}
 	// Values come from the parent, and reading one makes nothing.
@@ -83,7 +76,7 @@ func TestLazy(t *testing.T) {
 		}
 		sub, stopSub := context.WithCancel(lc)
 		lc.Cancel()
-		if !closed(sub) {
+		if !testutil.Done(sub) {
 			t.Errorf("a context derived from one (used first: %v) not done after its Cancel", use)
 		}
 		stopSub()

@@ -4,16 +4,9 @@ import (
 	"context"
 	"testing"
 	"time"
-)
 
-func done(c context.Context) bool {
-	select {
-	case <-c.Done():
-		return true
-	default:
-		return false
-	}
-}
+	"github.com/lockfs/lockfs/internal/testutil"
+)
 
 // TestWith: the child ends when stop ends, when its parent ends, and when
 // it is cancelled; the control, a child of live contexts, has not ended.
@@ -21,7 +14,7 @@ func TestWith(t *testing.T) {
 	stop, stopNow := context.WithCancel(context.Background())
 	ctx, cancel := With(context.Background(), stop)
 	defer cancel()
-	if done(ctx) {
+	if testutil.Done(ctx) {
 		t.Fatal("control: the child ended while its parent and stop live")
 	}
 	stopNow()
@@ -35,13 +28,13 @@ func TestWith(t *testing.T) {
 	ctx, cancel = With(parent, context.Background())
 	defer cancel()
 	parentNow()
-	if !done(ctx) {
+	if !testutil.Done(ctx) {
 		t.Fatal("the child did not end with its parent")
 	}
 
 	ctx, cancel = With(context.Background(), context.Background())
 	cancel()
-	if !done(ctx) || ctx.Err() != context.Canceled {
-		t.Fatalf("cancelled: done %v, err %v", done(ctx), ctx.Err())
+	if !testutil.Done(ctx) || ctx.Err() != context.Canceled {
+		t.Fatalf("cancelled: done %v, err %v", testutil.Done(ctx), ctx.Err())
 	}
 }
