@@ -205,11 +205,14 @@ func lockThroughMount(work, bin, trace, lock string) error {
 	if err := daemon.Start(); err != nil {
 		return err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- daemon.Wait() }()
+	// exited is closed once the daemon has been waited for, and waitErr
+	// is then its exit: both waits below can see it.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = daemon.Wait(); close(exited) }()
 	defer stopDaemon(daemon, mnt, exited)
 
-	if err := waitMounted(mnt, exited); err != nil {
+	if err := waitMounted(mnt, exited, &waitErr); err != nil {
 		return fmt.Errorf("%w (daemon log: %s)", err, logf.Name())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -222,16 +225,17 @@ func lockThroughMount(work, bin, trace, lock string) error {
 	return nil
 }
 
-// waitMounted waits until mnt is a FUSE mount, or the daemon exits.
-func waitMounted(mnt string, exited <-chan error) error {
+// waitMounted waits until mnt is a FUSE mount, or the daemon exits
+// (exited closed, *waitErr its exit).
+func waitMounted(mnt string, exited <-chan struct{}, waitErr *error) error {
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		if mounted(mnt) {
 			return nil
 		}
 		select {
-		case err := <-exited:
-			return fmt.Errorf("lockfs mount exited before mounting: %v", err)
+		case <-exited:
+			return fmt.Errorf("lockfs mount exited before mounting: %v", *waitErr)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -254,7 +258,7 @@ func mounted(dir string) bool {
 
 // stopDaemon unmounts mnt (lazily if it is busy), which ends the daemon;
 // one that has not exited after 10 s is killed.
-func stopDaemon(daemon *exec.Cmd, mnt string, exited <-chan error) {
+func stopDaemon(daemon *exec.Cmd, mnt string, exited <-chan struct{}) {
 	if mounted(mnt) && exec.Command("fusermount3", "-u", mnt).Run() != nil {
 		_ = exec.Command("fusermount3", "-uz", mnt).Run()
 	}
