@@ -31,7 +31,9 @@ var gcsHeldKeys = []string{"held_100k_rss_mb", "acquire_ratio_100k_vs_100"}
 // gcs_held_settled_rss_mb (the same daemon's RSS heldSettle later, with
 // nothing asked of it meanwhile: the set-up's garbage returned),
 // gcs_held_locks, gcs_held_base_rss_mb, gcs_held_idle_rss_mb,
-// gcs_held_setup_s, gcs_held_setup_retries (claims the holders asked again
+// gcs_held_setup_s, gcs_held_setup_daemon_cpu_s (the CPU time the daemon
+// holding GCSHeldLocks used for the set-up, its collector's included),
+// gcs_held_setup_retries (claims the holders asked again
 // after an ENOLCK, loadgen hold: a slow moment, not a failure),
 // gcs_held_daemon_fds and gcs_held_base_daemon_fds (the
 // daemons' open descriptors: none per held lock is the point),
@@ -89,12 +91,18 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.GCSHeldSetup)
 	defer cancel()
 	start := time.Now()
+	cpu0, cpuErr := cpuSeconds(sides[0].m.pid())
 	if err := r.startGCSHolders(sides, perProc); err != nil {
 		return err
 	}
 	held, retries, setupErr := r.awaitGCSHolders(sctx, sides, perProc)
 	setup := time.Since(start)
 	r.res.set("gcs_held_setup_s", setup.Seconds())
+	setupCPU := -1.0
+	if cpu1, err := cpuSeconds(sides[0].m.pid()); err == nil && cpuErr == nil {
+		setupCPU = cpu1 - cpu0
+		r.res.set("gcs_held_setup_daemon_cpu_s", setupCPU)
+	}
 	r.res.set("gcs_held_locks", float64(held))
 	r.res.set("gcs_held_setup_retries", float64(retries))
 	r.res.set("gcs_held_idle_rss_mb", idle)
@@ -108,7 +116,7 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 		return nil
 	}
 	setupDone = true
-	r.logf("gcs held: %d + %d locks held after %v (%d claims asked again after ENOLCK)", want, base, setup.Round(time.Millisecond), retries)
+	r.logf("gcs held: %d + %d locks held after %v (%d claims asked again after ENOLCK; the daemon used %.1f s of CPU)", want, base, setup.Round(time.Millisecond), retries, setupCPU)
 	return r.measureGCSHeld(ctx, sides, idle)
 }
 

@@ -267,6 +267,31 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
+// cpuSeconds returns the CPU time process pid has used so far, user and
+// system (utime + stime of /proc/PID/stat, in clock ticks of 1/100 s: the
+// value of sysconf(_SC_CLK_TCK) on Linux).
+func cpuSeconds(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: the fields
+	// counted are those after its closing parenthesis, from field 3.
+	i := bytes.LastIndexByte(data, ')')
+	f := strings.Fields(string(data[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	var utime, stime uint64
+	if _, err := fmt.Sscan(f[11], &utime); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat utime: %w", pid, err)
+	}
+	if _, err := fmt.Sscan(f[12], &stime); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat stime: %w", pid, err)
+	}
+	return float64(utime+stime) / 100, nil
+}
+
 // rssMB returns the resident set size of process pid in MiB.
 func rssMB(pid int) (float64, error) {
 	return statusMB(pid, "VmRSS:")
