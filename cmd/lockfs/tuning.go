@@ -134,6 +134,9 @@ const memoryLimitEvery = 500 * time.Millisecond
 
 // allocWindow is how long the heap has room to allocate for at the
 // recent peak rate: at a steady rate, one collection per allocWindow.
+// Each collection marks the whole live heap: at 1 s, a daemon taking
+// 100,000 locks on gcs kept half the RSS (378 against 714 MiB) but used
+// 55 % more CPU (docs/BENCHMARKS.md "Held locks").
 const allocWindow = 10 * time.Second
 
 // allocLookback is how far back the peak rate is taken: once the daemon
