@@ -341,7 +341,7 @@ func (m *modelRun) verify() error {
 		// (a child runs under its parent's lock, never the reverse).
 		for _, h1 := range ls.holds.all() {
 			for _, h2 := range ls.holds.all() {
-				if h1 == h2 || !Conflicts(h1.mode(), h2.mode()) || !h1.since.Before(h2.since) {
+				if h1 == h2 || !Conflicts(h1.mode(), h2.mode()) || h1.since >= h2.since {
 					continue
 				}
 				// h1 came first: h2 was granted under the process that

@@ -87,7 +87,7 @@ func (e *Engine) holderLocked(ls *lockState, h *hold) Holder {
 	}
 	return Holder{
 		Owner: h.owner, Mode: h.explicit, Explicit: h.explicit != 0, Implicit: int(h.implicit),
-		Process: p, TID: int(h.tid), UID: h.uid, Host: e.host, Since: h.since, Token: h.rareOf().token, Lost: h.lostErr(),
+		Process: p, TID: int(h.tid), UID: h.uid, Host: e.host, Since: h.sinceTime(), Token: h.rareOf().token, Lost: h.lostErr(),
 	}
 }
 
