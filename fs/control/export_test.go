@@ -40,7 +40,7 @@ func (c *Files) OpenHandles(id lockmgr.LockID) int {
 	for _, n := range nodes {
 		if n.lockID() == id {
 			n.mu.Lock()
-			open += n.open
+			open += int(n.open)
 			n.mu.Unlock()
 		}
 	}

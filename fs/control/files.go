@@ -118,7 +118,6 @@ func (c *Files) node(d Dir, kind lockmgr.Kind) *controlNode {
 		c:     c,
 		dir:   d,
 		kind:  kind,
-		key:   key,
 		inode: Inode(d, kind),
 	}
 	c.nodes[key] = n
