@@ -30,6 +30,10 @@ var gcsHeldKeys = []string{"held_100k_rss_mb", "acquire_ratio_100k_vs_100"}
 // acquire_ratio_100k_vs_100 (per repetition, median, with _min and _max);
 // gcs_held_settled_rss_mb (the same daemon's RSS heldSettle later, with
 // nothing asked of it meanwhile: the set-up's garbage returned),
+// gcs_held_settled_daemon_cpu_s (the CPU time that daemon used meanwhile),
+// gcs_held_settled_acquire_ratio (the pairs again, after that: the ratio
+// without the collection and the return of the set-up's garbage that the
+// first pairs may run beside),
 // gcs_held_locks, gcs_held_base_rss_mb, gcs_held_idle_rss_mb,
 // gcs_held_setup_s, gcs_held_setup_daemon_cpu_s (the CPU time the daemon
 // holding GCSHeldLocks used for the set-up, its collector's included),
@@ -259,12 +263,24 @@ func (r *runner) measureGCSHeld(ctx context.Context, sides []*gcsHeldSide, idle 
 	// The daemon's RSS once it has been left alone for a while: its
 	// memory limit (lockfs mount) leaves less room for garbage once it
 	// stops allocating.
+	cpu0, cpuErr := cpuSeconds(sides[0].m.pid())
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(heldSettle):
 	}
+	if cpu1, err := cpuSeconds(sides[0].m.pid()); err == nil && cpuErr == nil {
+		r.res.set("gcs_held_settled_daemon_cpu_s", cpu1-cpu0)
+	}
 	rssSettled, err := rssMB(sides[0].m.pid())
+	if err != nil {
+		return err
+	}
+	// The same pairs once both daemons have settled: the first ones run
+	// while the set-up's garbage is collected and returned to the OS.
+	sctx, scancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer scancel()
+	manyS, fewS, err := r.pairsBeside(sctx, "gcs held, settled", sides[0].ctl, sides[1].ctl, want, base, r.cfg.GCSHeldPairs, r.cfg.GCSReps)
 	if err != nil {
 		return err
 	}
@@ -281,6 +297,8 @@ func (r *runner) measureGCSHeld(ctx context.Context, sides []*gcsHeldSide, idle 
 	res := r.res
 	res.set("held_100k_rss_mb", rssMany)
 	res.setSummary("acquire_ratio_100k_vs_100", rat)
+	ratS := summarize(ratios(manyS, fewS))
+	res.setSummary("gcs_held_settled_acquire_ratio", ratS)
 	res.set("gcs_held_base_rss_mb", rssBase)
 	res.set("gcs_held_settled_rss_mb", rssSettled)
 	res.set("gcs_held_daemon_fds", float64(fdsMany))
@@ -297,7 +315,7 @@ func (r *runner) measureGCSHeld(ctx context.Context, sides []*gcsHeldSide, idle 
 		fmtNum(rssMany) + " MiB", fmt.Sprintf("%s MiB; %s MiB %v later; descriptors %d vs %d; %d holds lost", fmtNum(rssBase), fmtNum(rssSettled), heldSettle, fdsMany, fdsBase, lost), "", gt, met})
 	gt, met = res.met("acquire_ratio_100k_vs_100", &ratioGoal)
 	res.addRow(Row{fmt.Sprintf("gcs: one more EX+UN pair with %d held (µs) vs %d held", want, base),
-		fmtSummary(sm, "µs"), fmtSummary(sf, "µs"), fmtSummary(rat, ""), gt, met})
+		fmtSummary(sm, "µs"), fmtSummary(sf, "µs") + fmt.Sprintf("; %v later: %s µs vs %s µs, ratio %s", heldSettle, fmtSummary(summarize(manyS), ""), fmtSummary(summarize(fewS), ""), fmtSummary(ratS, "")), fmtSummary(rat, ""), gt, met})
 	return nil
 }
 
