@@ -95,17 +95,16 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.GCSHeldSetup)
 	defer cancel()
 	start := time.Now()
-	cpu0, cpuErr := cpuSeconds(sides[0].m.pid())
+	setupCPU := cpuMeter(sides[0].m.pid())
 	if err := r.startGCSHolders(sides, perProc); err != nil {
 		return err
 	}
 	held, retries, setupErr := r.awaitGCSHolders(sctx, sides, perProc)
 	setup := time.Since(start)
 	r.res.set("gcs_held_setup_s", setup.Seconds())
-	setupCPU := -1.0
-	if cpu1, err := cpuSeconds(sides[0].m.pid()); err == nil && cpuErr == nil {
-		setupCPU = cpu1 - cpu0
-		r.res.set("gcs_held_setup_daemon_cpu_s", setupCPU)
+	cpu, cpuOK := setupCPU()
+	if cpuOK {
+		r.res.set("gcs_held_setup_daemon_cpu_s", cpu)
 	}
 	r.res.set("gcs_held_locks", float64(held))
 	r.res.set("gcs_held_setup_retries", float64(retries))
@@ -120,7 +119,7 @@ func (r *runner) gcsHeld(ctx context.Context) error {
 		return nil
 	}
 	setupDone = true
-	r.logf("gcs held: %d + %d locks held after %v (%d claims asked again after ENOLCK; the daemon used %.1f s of CPU)", want, base, setup.Round(time.Millisecond), retries, setupCPU)
+	r.logf("gcs held: %d + %d locks held after %v (%d claims asked again after ENOLCK; the daemon used %.1f s of CPU)", want, base, setup.Round(time.Millisecond), retries, cpu)
 	return r.measureGCSHeld(ctx, sides, idle)
 }
 
@@ -263,14 +262,14 @@ func (r *runner) measureGCSHeld(ctx context.Context, sides []*gcsHeldSide, idle 
 	// The daemon's RSS once it has been left alone for a while: its
 	// memory limit (lockfs mount) leaves less room for garbage once it
 	// stops allocating.
-	cpu0, cpuErr := cpuSeconds(sides[0].m.pid())
+	idleCPU := cpuMeter(sides[0].m.pid())
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(heldSettle):
 	}
-	if cpu1, err := cpuSeconds(sides[0].m.pid()); err == nil && cpuErr == nil {
-		r.res.set("gcs_held_settled_daemon_cpu_s", cpu1-cpu0)
+	if cpu, ok := idleCPU(); ok {
+		r.res.set("gcs_held_settled_daemon_cpu_s", cpu)
 	}
 	rssSettled, err := rssMB(sides[0].m.pid())
 	if err != nil {
@@ -315,7 +314,7 @@ func (r *runner) measureGCSHeld(ctx context.Context, sides []*gcsHeldSide, idle 
 		fmtNum(rssMany) + " MiB", fmt.Sprintf("%s MiB; %s MiB %v later; descriptors %d vs %d; %d holds lost", fmtNum(rssBase), fmtNum(rssSettled), heldSettle, fdsMany, fdsBase, lost), "", gt, met})
 	gt, met = res.met("acquire_ratio_100k_vs_100", &ratioGoal)
 	res.addRow(Row{fmt.Sprintf("gcs: one more EX+UN pair with %d held (µs) vs %d held", want, base),
-		fmtSummary(sm, "µs"), fmtSummary(sf, "µs") + fmt.Sprintf("; %v later: %s µs vs %s µs, ratio %s", heldSettle, fmtSummary(summarize(manyS), ""), fmtSummary(summarize(fewS), ""), fmtSummary(ratS, "")), fmtSummary(rat, ""), gt, met})
+		fmtSummary(sm, "µs"), fmtSummary(sf, "µs") + fmt.Sprintf("; %v later: %s vs %s, ratio %s", heldSettle, fmtSummary(summarize(manyS), "µs"), fmtSummary(summarize(fewS), "µs"), fmtSummary(ratS, "")), fmtSummary(rat, ""), gt, met})
 	return nil
 }
 

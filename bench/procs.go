@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lockfs/lockfs/internal/buildflags"
+	"github.com/lockfs/lockfs/internal/procinfo"
 )
 
 // The helper binaries, built by the harness from these packages.
@@ -267,29 +268,18 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
-// cpuSeconds returns the CPU time process pid has used so far, user and
-// system (utime + stime of /proc/PID/stat, in clock ticks of 1/100 s: the
-// value of sysconf(_SC_CLK_TCK) on Linux).
-func cpuSeconds(pid int) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
+// cpuMeter starts counting the CPU time, user and system, that process pid
+// uses; the function it returns gives the seconds used since, and false if
+// either reading failed.
+func cpuMeter(pid int) func() (float64, bool) {
+	start, err0 := procinfo.CPUTime(procinfo.Root, pid)
+	return func() (float64, bool) {
+		now, err := procinfo.CPUTime(procinfo.Root, pid)
+		if err0 != nil || err != nil {
+			return 0, false
+		}
+		return (now - start).Seconds(), true
 	}
-	// The command name, in parentheses, may hold spaces: the fields
-	// counted are those after its closing parenthesis, from field 3.
-	i := bytes.LastIndexByte(data, ')')
-	f := strings.Fields(string(data[i+1:]))
-	if i < 0 || len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	var utime, stime uint64
-	if _, err := fmt.Sscan(f[11], &utime); err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat utime: %w", pid, err)
-	}
-	if _, err := fmt.Sscan(f[12], &stime); err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat stime: %w", pid, err)
-	}
-	return float64(utime+stime) / 100, nil
 }
 
 // rssMB returns the resident set size of process pid in MiB.

@@ -227,6 +227,7 @@ func readInto(path []byte, buf []byte) (int, error) {
 type stat struct {
 	state byte   // field 3: R, S, D, Z, X, ...
 	flags uint64 // field 9: the kernel's PF_* task flags
+	cpu   uint64 // fields 14 and 15: user and system time, in clock ticks
 	start uint64 // field 22: start time in clock ticks since boot
 }
 
@@ -254,7 +255,7 @@ func parseStat(b []byte) (stat, error) {
 	}
 	rest := b[i+1:]
 	// Fields 3..22 follow, each preceded by one space.
-	const first, flags, want = 3, 9, 22
+	const first, flags, utime, stime, want = 3, 9, 14, 15, 22
 	for f := first; ; f++ {
 		if len(rest) == 0 || rest[0] != ' ' {
 			return stat{}, fmt.Errorf("malformed stat: field %d missing", f)
@@ -277,6 +278,12 @@ func parseStat(b []byte) (stat, error) {
 			if st.flags, err = strconv.ParseUint(string(field), 10, 64); err != nil {
 				return stat{}, fmt.Errorf("malformed stat: flags: %w", err)
 			}
+		case utime, stime:
+			t, err := strconv.ParseUint(string(field), 10, 64)
+			if err != nil {
+				return stat{}, fmt.Errorf("malformed stat: field %d (CPU time): %w", f, err)
+			}
+			st.cpu += t
 		case want:
 			if st.start, err = strconv.ParseUint(string(field), 10, 64); err != nil {
 				return stat{}, fmt.Errorf("malformed stat: start time: %w", err)

@@ -14,11 +14,13 @@ package procinfo
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Root is the usual procfs mountpoint.
@@ -182,6 +184,26 @@ func Exited(root string, pid int) bool {
 	root = rootOr(root)
 	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "stat"))
 	return exitedStat(b, err)
+}
+
+// clockTick is the unit of /proc/PID/stat's times: USER_HZ, sysconf's
+// _SC_CLK_TCK, 100 on every Linux architecture lockfs builds for.
+const clockTick = 10 * time.Millisecond
+
+// CPUTime returns the CPU time, user and system, that process pid (all its
+// threads) has used so far, from ROOT/PID/stat (root "" is Root), to the
+// clock tick.
+func CPUTime(root string, pid int) (time.Duration, error) {
+	path := filepath.Join(rootOr(root), strconv.Itoa(pid), "stat")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	st, err := parseStat(b)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return time.Duration(st.cpu) * clockTick, nil
 }
 
 // exitedStat is Exited on the contents of /proc/PID/stat, or on the error

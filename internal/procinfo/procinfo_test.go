@@ -83,6 +83,41 @@ func TestExited(t *testing.T) {
 	}
 }
 
+// TestCPUTime: a process that spins for a while has used CPU time by
+// CPUTime's count, and a sleep just started nearly none; a pid that is
+// not there is an error (the control).
+func TestCPUTime(t *testing.T) {
+	before, err := CPUTime("", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := 0
+	for spin := 0; spin < 2e9 && x >= 0; spin++ {
+		x += spin & 1
+	}
+	after, err := CPUTime("", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before < 50*time.Millisecond {
+		t.Errorf("after a busy loop (%d): %v of CPU, then %v; want at least 50 ms more", x, before, after)
+	}
+
+	sleeper := exec.Command("sleep", "10")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() }()
+	if idle, err := CPUTime("", sleeper.Process.Pid); err != nil || idle > 50*time.Millisecond {
+		t.Errorf("a sleep just started: %v of CPU, %v; want about 0", idle, err)
+	}
+
+	// A pid above pid_max names no process.
+	if _, err := CPUTime("", 1<<23); err == nil {
+		t.Error("CPUTime of a process that is not there: no error")
+	}
+}
+
 // TestExitedWhenReapedMidRead: a process reaped between the open of its
 // /proc/PID/stat and the read fails the read with ESRCH, and counts as
 // exited, as a missing file does. Control: another read error (EACCES)

@@ -414,11 +414,14 @@ func TestProcTreeParseStat(t *testing.T) {
 	for _, tc := range []struct {
 		line   string
 		state  byte
+		cpu    uint64
 		start  uint64
 		exited bool
 		bad    bool
 	}{
-		{line: "1 (init) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 42 9 9\n", state: 'S', start: 42},
+		{line: "1 (init) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 42 9 9\n", state: 'S', cpu: 5 + 6, start: 42},
+		{line: "3 (a b) c) R 1 1 1 0 -1 0 0 0 0 0 1234 56 0 0 20 0 1 0 42 9 9\n", state: 'R', cpu: 1234 + 56, start: 42},
+		{line: "1 (init) S 0 1 1 0 -1 4194560 1 2 3 4 x 6 7 8 20 0 1 0 42 9 9\n", bad: true},
 		{line: "7 (a) Z 9) R 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 77 0\n", state: 'R', start: 77},
 		{line: "7 (new\nline) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 8", state: 'S', start: 8},
 		// A zombie, and a task flagged PF_EXITING (0x4) while still
@@ -438,8 +441,8 @@ func TestProcTreeParseStat(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || st.state != tc.state || st.start != tc.start || st.exited() != tc.exited {
-			t.Errorf("parseStat(%q) = %+v (exited %v), %v; want %c, %d, exited %v", tc.line, st, st.exited(), err, tc.state, tc.start, tc.exited)
+		if err != nil || st.state != tc.state || st.start != tc.start || st.exited() != tc.exited || (tc.cpu != 0 && st.cpu != tc.cpu) {
+			t.Errorf("parseStat(%q) = %+v (exited %v), %v; want %c, start %d, cpu %d, exited %v", tc.line, st, st.exited(), err, tc.state, tc.start, tc.cpu, tc.exited)
 		}
 		if got := exitedStat([]byte(tc.line), nil); got != tc.exited {
 			t.Errorf("exitedStat(%q) = %v, want %v", tc.line, got, tc.exited)
