@@ -33,9 +33,10 @@ func (f *FS) Control() *control.Files {
 }
 
 // LockPath returns d's path in the engine's form ("." for the root): the
-// path of the locks its control files take.
+// path of the locks its control files take. relPath's paths are in that
+// form already: every name in them passed checkName.
 func (d *Dir) LockPath() string {
-	return cleanDirPath(d.relPath())
+	return d.relPath()
 }
 
 // WhereNow returns d's path now, in the engine's form, for a lock request
@@ -48,28 +49,19 @@ func (d *Dir) WhereNow(checkFound bool) (path string, found bool) {
 	defer d.fs.moveMu.RUnlock()
 	rel := d.relPath()
 	if !checkFound || d == d.fs.root {
-		return cleanDirPath(rel), true
+		return rel, true
 	}
 	fd, err := openBeneath(d.fs.rootFd, rel, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return cleanDirPath(rel), false
+		return rel, false
 	}
 	defer closeFd(fd)
 	var st inodeStat
-	return cleanDirPath(rel), fstat(fd, &st) == nil && keyOf(&st) == d.key
+	return rel, fstat(fd, &st) == nil && keyOf(&st) == d.key
 }
 
 // BackingInode returns the identity of d's backing inode, from which the
 // control files derive their inode numbers.
 func (d *Dir) BackingInode() (dev, ino uint64, btime int64) {
 	return d.key.dev, d.key.ino, d.key.btime
-}
-
-// cleanDirPath returns a directory path in the engine's form ("." for the
-// root). The passthrough's paths never contain "..".
-func cleanDirPath(p string) string {
-	if c, err := lockmgr.CleanPath(p); err == nil {
-		return c
-	}
-	return p
 }

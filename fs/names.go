@@ -268,7 +268,8 @@ func (f *FS) renamed(d *Dir, oldName string, nd *Dir, newName string, st, tst *i
 	}
 }
 
-// guardTree keeps the locks at the directory rel and below it from being
+// guardTree keeps the locks at the directory rel (relPath's form, which is
+// the engine's, joined to a checked name) and below it from being
 // held while it is renamed: it fails with an error wrapping
 // lockmgr.ErrBusy if one is held (lockmgr.Engine.GuardTree), else holds new
 // grants off until release.
@@ -276,7 +277,7 @@ func (f *FS) guardTree(rel string) (release func(), err error) {
 	if f.cfg.Engine == nil {
 		return func() {}, nil
 	}
-	return f.cfg.Engine.GuardTree(cleanDirPath(rel))
+	return f.cfg.Engine.GuardTree(rel)
 }
 
 // Link makes a new name for an existing file (not a directory, not a

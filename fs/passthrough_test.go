@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lockfs/lockfs/internal/testutil"
+	"github.com/lockfs/lockfs/lockmgr"
 )
 
 // ptListed returns the sorted names readdir lists in dir.
@@ -337,6 +338,25 @@ func TestPTRenameKeepsPaths(t *testing.T) {
 	}
 	if got := m.fs.root.relPath(); got != "." {
 		t.Errorf("root relPath = %q", got)
+	}
+	// relPath is the control files' lock path as it is (Dir.LockPath):
+	// the engine's clean form, whatever the names. Control: a name the
+	// engine would clean ("x/.") is not.
+	odd := filepath.Join("y", "..d", "d..", ".h", "a b", "-")
+	if err := os.MkdirAll(m.m(odd), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o, ok := m.fs.lookupNode(keyAt(t, m.s(odd))).(*Dir)
+	if !ok {
+		t.Fatal("no directory node for", odd)
+	}
+	for _, p := range []string{o.relPath(), o.LockPath()} {
+		if c, err := lockmgr.CleanPath(p); err != nil || c != p || p != odd {
+			t.Errorf("path %q of %s: the engine's form is %q (%v)", p, odd, c, err)
+		}
+	}
+	if c, _ := lockmgr.CleanPath(odd + "/."); c == odd+"/." {
+		t.Errorf("control: CleanPath left %q as it was", c)
 	}
 	if _, err := f.WriteAt([]byte("yz"), 1); err != nil {
 		t.Errorf("write through a descriptor opened before the renames: %v", err)

@@ -249,7 +249,7 @@ func (h *controlHandle) granted(call lockCall, err error) error {
 		return h.n.c.refuse(call, err)
 	}
 	if h.n.kind == lockmgr.KindDir || h.n.kind == lockmgr.KindNewDir {
-		h.n.dir.RevalidateChildren() // fs: cache.go
+		h.n.dir.RevalidateChildren() // fs: invalidate.go
 	}
 	return nil
 }
