@@ -10,9 +10,9 @@ import (
 // A request's life, top down: Acquire and AcquireAsync validate it; acquire
 // and AcquireAsync read the requester's lineage, apply the usage rule, turn
 // a second request of an owner into a conversion (convert.go) and make the
-// plan, whose steps grant.go takes one by one (waiting in wait.go, or, for
-// AcquireAsync, parked: park.go); issueToken then gives the grant its
-// fencing token, or records it as due (tokens.go). Release is release.go.
+// plan. grant.go takes its steps one by one (waiting in wait.go, or, for
+// AcquireAsync, parked: park.go) and gives the grant its fencing token, or
+// records it as due (tokens.go). Release is release.go.
 
 // Request asks for one lock.
 type Request struct {
@@ -192,61 +192,6 @@ func (e *Engine) AcquireAsync(ctx context.Context, req Request, answer func(Gran
 	a.runUnlocksMu()
 }
 
-// parkedRequest is a request of AcquireAsync between its steps.
-type parkedRequest struct {
-	// Constant data
-	e      *Engine
-	ctx    context.Context
-	rc     *reqCtx
-	steps  []step
-	start  time.Time // for the observer
-	answer func(Grant, error)
-
-	// Mutable state, GUARDED_BY(e.mu) while the request is parked; owned
-	// by the goroutine that runs it otherwise.
-	// i is the step being taken.
-	i int
-	// sw is step i's wait.
-	sw stepWait
-	// stop ends the watch of ctx while parked (context.AfterFunc).
-	stop func() bool
-}
-
-// runUnlocksMu takes the steps from a.i on until the request is answered or
-// parks. mu is held on entry and dropped on return.
-func (a *parkedRequest) runUnlocksMu() {
-	e := a.e
-	for a.i < len(a.steps) {
-		s := a.steps[a.i]
-		err := e.tryStepDropsMu(a.ctx, s, a.rc, &a.sw)
-		if err == errSleep {
-			var parked bool
-			if parked, err = a.parkDropsMu(); parked {
-				e.mu.Unlock()
-				return
-			}
-			if err == nil {
-				continue // woken already: look again
-			}
-		}
-		a.sw.endDropsMu(e, s)
-		if err != nil {
-			e.rollbackDropsMu(a.steps[:a.i], a.rc.req.Owner)
-			e.mu.Unlock()
-			a.finish(Grant{}, err)
-			return
-		}
-		a.i++
-	}
-	e.mu.Unlock()
-	a.finish(e.issueToken(a.ctx, a.rc.req))
-}
-
-// finish reports the outcome and answers. mu is not held.
-func (a *parkedRequest) finish(g Grant, err error) {
-	a.answer(a.e.answered(a.rc.req, a.start, g, err))
-}
-
 // newReqCtx reads the requester's lineage (before mu is taken).
 func (e *Engine) newReqCtx(req Request) *reqCtx {
 	lin, err := e.procs.Lineage(req.TID)
@@ -306,58 +251,4 @@ func (e *Engine) usageRuleLocked(rc *reqCtx) error {
 		}
 	}
 	return fmt.Errorf("a usage lock is held by this process or an ancestor: %w", ErrDeadlock)
-}
-
-// issueToken asks the lease for the grant's fencing token and records it,
-// or, if the request defers it, records that it is due (tokens.go).
-func (e *Engine) issueToken(ctx context.Context, req Request) (Grant, error) {
-	id, owner := req.Lock, req.Owner
-	e.mu.Lock()
-	ls := e.locks[id]
-	var lease Lease
-	if ls != nil {
-		lease = ls.lease
-		if h := ls.holds.get(owner); h != nil && req.DeferToken && lease != nil {
-			e.newGrantLocked(h, 0, true)
-			e.mu.Unlock()
-			return Grant{}, nil
-		}
-	}
-	e.mu.Unlock()
-	if lease == nil {
-		return Grant{}, fmt.Errorf("no lease after grant: %w", ErrLeaseLost)
-	}
-	// An interrupt that arrives once the lock is granted must not undo
-	// the grant: the token is fetched without the request's cancellation.
-	// Backends bound their own calls.
-	tok, err := lease.NextToken(context.WithoutCancel(ctx))
-	if err != nil {
-		// The lock is held but cannot be fenced: give it back rather than
-		// hand out a grant without a token.
-		_ = e.Release(context.WithoutCancel(ctx), id, owner)
-		return Grant{}, fmt.Errorf("fencing token: %w", err)
-	}
-	e.mu.Lock()
-	if ls := e.locks[id]; ls != nil {
-		if h := ls.holds.get(owner); h != nil {
-			e.newGrantLocked(h, tok, false)
-		}
-	}
-	e.mu.Unlock()
-	return Grant{Token: tok}, nil
-}
-
-// newGrantLocked records a new explicit grant of h, numbered anew: with
-// token tok, or, deferred, with its token due.
-func (e *Engine) newGrantLocked(h *hold, tok uint64, deferred bool) {
-	e.grants++
-	r := h.setRare()
-	r.grant, r.token, r.tokenDue, r.tokenWarned = e.grants, tok, deferred, false
-}
-
-// rollbackDropsMu undoes the implicit steps of a request that failed.
-func (e *Engine) rollbackDropsMu(steps []step, owner Owner) {
-	for i := len(steps) - 1; i >= 0; i-- {
-		e.releaseStepDropsMu(steps[i], owner)
-	}
 }

@@ -3,19 +3,80 @@ package lockmgr
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/lockfs/lockfs/internal/lazyctx"
 )
 
-// Granting one step of a request's plan (acquire.go), in the order a step
-// runs: stepDropsMu waits until the step may be granted; grantableLocked
-// decides whether it may, as far as this host's processes go (conflicting
+// Granting a request's plan (acquire.go makes it), top down: the loop over
+// its steps, parkedRequest.runUnlocksMu for AcquireAsync (stepDropsMu, the
+// same for one step of Acquire, waits on its goroutine instead of parking);
+// one step, in the order it runs: tryStepDropsMu takes, fails or queues
+// it; grantableLocked decides whether it may be granted, as far as this host's processes go (conflicting
 // holds, exemptions by lineage, FIFO; yield.go adds the lease's give-up);
 // takeDropsMu takes it once the lease covers it, or brings the lease up
 // (claimDropsMu, the backend call, with the claim's context a lazyctx.Ctx);
 // addHoldLocked (state.go, beside the table it changes) records the hold.
 // While it waits for a claim, a request is in the lock's outside set
-// (outsideWait, below); its wait in the queue is wait.go's.
+// (outsideWait, below); its wait in the queue is wait.go's. Once every step
+// is held, issueToken gives the grant its token; a failed step's request
+// gives back the steps it took (rollbackDropsMu).
+
+// parkedRequest is a request of AcquireAsync between its steps.
+type parkedRequest struct {
+	// Constant data
+	e      *Engine
+	ctx    context.Context
+	rc     *reqCtx
+	steps  []step
+	start  time.Time // for the observer
+	answer func(Grant, error)
+
+	// Mutable state, GUARDED_BY(e.mu) while the request is parked; owned
+	// by the goroutine that runs it otherwise.
+	// i is the step being taken.
+	i int
+	// sw is step i's wait.
+	sw stepWait
+	// stop ends the watch of ctx while parked (context.AfterFunc).
+	stop func() bool
+}
+
+// runUnlocksMu takes the steps from a.i on until the request is answered or
+// parks. mu is held on entry and dropped on return.
+func (a *parkedRequest) runUnlocksMu() {
+	e := a.e
+	for a.i < len(a.steps) {
+		s := a.steps[a.i]
+		err := e.tryStepDropsMu(a.ctx, s, a.rc, &a.sw)
+		if err == errSleep {
+			var parked bool
+			if parked, err = a.parkDropsMu(); parked {
+				e.mu.Unlock()
+				return
+			}
+			if err == nil {
+				continue // woken already: look again
+			}
+		}
+		a.sw.endDropsMu(e, s)
+		if err != nil {
+			e.rollbackDropsMu(a.steps[:a.i], a.rc.req.Owner)
+			e.mu.Unlock()
+			a.finish(Grant{}, err)
+			return
+		}
+		a.i++
+	}
+	e.mu.Unlock()
+	a.finish(e.issueToken(a.ctx, a.rc.req))
+}
+
+// finish reports the outcome and answers. mu is not held.
+func (a *parkedRequest) finish(g Grant, err error) {
+	a.answer(a.e.answered(a.rc.req, a.start, g, err))
+}
 
 // stepDropsMu takes one step of a plan: it waits until the step can be
 // granted locally and the lease covers it, then records the hold. mu is
@@ -222,28 +283,6 @@ func (e *Engine) leaseModeLocked(ls *lockState) Mode {
 	return ls.heldModeLocked()
 }
 
-// heldModeLocked is the strongest mode any live hold needs.
-func (ls *lockState) heldModeLocked() Mode {
-	switch {
-	case ls.nExclusive > 0:
-		return Exclusive
-	case ls.nLive > 0:
-		return Shared
-	}
-	return 0
-}
-
-// explicitModeLocked is the strongest mode any live explicit hold needs.
-func (ls *lockState) explicitModeLocked() Mode {
-	switch {
-	case ls.nExplicitExclusive > 0:
-		return Exclusive
-	case ls.nExplicit > 0:
-		return Shared
-	}
-	return 0
-}
-
 // needsLease reports whether step s must be covered by its lock's lease:
 // always, except an implicit step over a hierarchical backend.
 func (e *Engine) needsLease(s step) bool {
@@ -302,4 +341,58 @@ func (e *Engine) claimDropsMu(ctx context.Context, ls *lockState, need Mode, wai
 		return ErrClosed
 	}
 	return err
+}
+
+// issueToken asks the lease for the grant's fencing token and records it,
+// or, if the request defers it, records that it is due (tokens.go).
+func (e *Engine) issueToken(ctx context.Context, req Request) (Grant, error) {
+	id, owner := req.Lock, req.Owner
+	e.mu.Lock()
+	ls := e.locks[id]
+	var lease Lease
+	if ls != nil {
+		lease = ls.lease
+		if h := ls.holds.get(owner); h != nil && req.DeferToken && lease != nil {
+			e.newGrantLocked(h, 0, true)
+			e.mu.Unlock()
+			return Grant{}, nil
+		}
+	}
+	e.mu.Unlock()
+	if lease == nil {
+		return Grant{}, fmt.Errorf("no lease after grant: %w", ErrLeaseLost)
+	}
+	// An interrupt that arrives once the lock is granted must not undo
+	// the grant: the token is fetched without the request's cancellation.
+	// Backends bound their own calls.
+	tok, err := lease.NextToken(context.WithoutCancel(ctx))
+	if err != nil {
+		// The lock is held but cannot be fenced: give it back rather than
+		// hand out a grant without a token.
+		_ = e.Release(context.WithoutCancel(ctx), id, owner)
+		return Grant{}, fmt.Errorf("fencing token: %w", err)
+	}
+	e.mu.Lock()
+	if ls := e.locks[id]; ls != nil {
+		if h := ls.holds.get(owner); h != nil {
+			e.newGrantLocked(h, tok, false)
+		}
+	}
+	e.mu.Unlock()
+	return Grant{Token: tok}, nil
+}
+
+// newGrantLocked records a new explicit grant of h, numbered anew: with
+// token tok, or, deferred, with its token due.
+func (e *Engine) newGrantLocked(h *hold, tok uint64, deferred bool) {
+	e.grants++
+	r := h.setRare()
+	r.grant, r.token, r.tokenDue, r.tokenWarned = e.grants, tok, deferred, false
+}
+
+// rollbackDropsMu undoes the implicit steps of a request that failed.
+func (e *Engine) rollbackDropsMu(steps []step, owner Owner) {
+	for i := len(steps) - 1; i >= 0; i-- {
+		e.releaseStepDropsMu(steps[i], owner)
+	}
 }

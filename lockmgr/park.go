@@ -19,9 +19,9 @@ import (
 // parks again. The context's end resumes it too, through
 // context.AfterFunc, which starts no goroutine until the context ends.
 //
-// AcquireAsync, the request it keeps (parkedRequest) and the loop over its
-// steps (runUnlocksMu) are acquire.go's, beside Acquire; this file holds
-// the park and the resumption.
+// AcquireAsync is acquire.go's, beside Acquire; the request it keeps
+// (parkedRequest) and the loop over its steps (runUnlocksMu) are grant.go's,
+// beside the step; this file holds the park and the resumption.
 //
 // Only the wait in a queue parks. The rarer waits stay on the goroutine
 // that runs the request, as in Acquire: a backend claim or another

@@ -117,6 +117,28 @@ func (ls *lockState) remove(h *hold) {
 	ls.holds.del(h.owner)
 }
 
+// heldModeLocked is the strongest mode any live hold needs.
+func (ls *lockState) heldModeLocked() Mode {
+	switch {
+	case ls.nExclusive > 0:
+		return Exclusive
+	case ls.nLive > 0:
+		return Shared
+	}
+	return 0
+}
+
+// explicitModeLocked is the strongest mode any live explicit hold needs.
+func (ls *lockState) explicitModeLocked() Mode {
+	switch {
+	case ls.nExplicitExclusive > 0:
+		return Exclusive
+	case ls.nExplicit > 0:
+		return Shared
+	}
+	return 0
+}
+
 // hold is one owner's hold on one lock.
 //
 // A busy host has several per held lock (one on each ancestor, nearly all
