@@ -39,7 +39,7 @@ var errBackendClosed = fmt.Errorf("gcs backend: %w", lockmgr.ErrClosed)
 // record of its session in the lock's object in a GCS bucket; one
 // heartbeat per host keeps them all alive. It is safe for concurrent use.
 //
-// LOCK ORDERING: a record's slot (ownRec.slot), then Backend.mu, then
+// LOCK ORDERING: a record's slot (ownRec.lock), then Backend.mu, then
 // session.mu or lease.mu, then observations.mu. No mutex is held across a
 // request, a sleep or a channel wait; a record's slot is, and serialises
 // the writes of one record.
@@ -328,7 +328,7 @@ func (b *Backend) recFor(name string, id lockmgr.LockID, s *session) *ownRec {
 	defer b.mu.Unlock()
 	r := b.recs[name]
 	if r == nil || r.sess != s {
-		r = &ownRec{id: id, name: name, sess: s, slot: make(chan struct{}, 1)} // wantedBy: nil until wanted
+		r = &ownRec{id: id, name: name, sess: s} // wantedBy: nil until wanted
 		b.recs[name] = r
 		b.unleased[r] = struct{}{}
 	}
