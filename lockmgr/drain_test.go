@@ -66,7 +66,7 @@ func TestDrainOfOneProcessThreads(t *testing.T) {
 				e.mu.Lock()
 				queued := 0
 				if ls := e.locks[id]; ls != nil {
-					queued = ls.nQueue
+					queued = ls.queueLenLocked()
 				}
 				e.mu.Unlock()
 				if queued == n {

@@ -353,7 +353,7 @@ func (m *modelRun) verify() error {
 			}
 		}
 		// The counters match the holds.
-		live, excl := 0, 0
+		var live, excl int32
 		for _, h := range ls.holds.all() {
 			if h.mode() != 0 {
 				live++
@@ -377,8 +377,12 @@ func (m *modelRun) verify() error {
 				return fmt.Errorf("%s: waiter %d (%s) could be granted but sleeps", id, w.rc.req.TID, w.step.mode)
 			}
 		}
-		if n != ls.nQueue {
-			return fmt.Errorf("%s: %d waiters queued, nQueue %d", id, n, ls.nQueue)
+		back := 0
+		for w := ls.tail; w != nil; w = w.prev {
+			back++
+		}
+		if n != back {
+			return fmt.Errorf("%s: %d waiters queued from the head, %d from the tail", id, n, back)
 		}
 	}
 	return nil

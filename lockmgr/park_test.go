@@ -130,7 +130,7 @@ func waitQueued(t *testing.T, e *Engine, id LockID, n int) {
 		defer e.mu.Unlock()
 		queued = 0
 		if ls := e.locks[id]; ls != nil {
-			queued = ls.nQueue
+			queued = ls.queueLenLocked()
 		}
 		return queued == n
 	}) {

@@ -32,13 +32,22 @@ func (e *Engine) enqueueLocked(ls *lockState, s step, rc *reqCtx) *waiter {
 		ls.head = w
 	}
 	ls.tail = w
-	ls.nQueue++
 	if s.mode == Exclusive && ls.firstX == nil {
 		ls.firstX = w
 	}
 	ls.indexLocked(w, true)
 	e.waiting[rc.req.TID] = w
 	return w
+}
+
+// queueLenLocked is the length of ls's queue, counted: only status and
+// metrics ask, and a counter would cost every lock's table entry a word.
+func (ls *lockState) queueLenLocked() int {
+	n := 0
+	for w := ls.head; w != nil; w = w.next {
+		n++
+	}
+	return n
 }
 
 // procWaiters are the waiters of one lock whose lineage contains process
@@ -154,7 +163,6 @@ func (e *Engine) dequeueLocked(ls *lockState, w *waiter) {
 		ls.tail = w.prev
 	}
 	w.prev, w.next = nil, nil
-	ls.nQueue--
 	ls.indexLocked(w, false)
 	if wasFirstX {
 		ls.firstX = nil
@@ -231,7 +239,7 @@ func (ls *lockState) broadcastLocked() {
 // waiter descends from (ls.under).
 func (e *Engine) broadcastLocked(ls *lockState) {
 	ls.broadcastLocked()
-	if ls.nQueue == 0 || len(ls.under) == 0 {
+	if ls.head == nil || len(ls.under) == 0 {
 		return
 	}
 	for _, h := range ls.holds.all() {

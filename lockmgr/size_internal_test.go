@@ -19,6 +19,14 @@ func TestHoldSize(t *testing.T) {
 	}
 }
 
+// TestLockStateSize: a lock's table entry (one per held lock) stays in
+// the 160-byte size class.
+func TestLockStateSize(t *testing.T) {
+	if n := unsafe.Sizeof(lockState{}); n > 160 {
+		t.Fatalf("lockState is %d bytes, more than the 160 of its size class", n)
+	}
+}
+
 // TestImplicitHoldsHaveNoRare: a lock's implicit-only holds on its
 // ancestors carry no holdRare (what makes them small), while its explicit
 // hold has one (its grant number) — the control, which shows the look

@@ -14,10 +14,9 @@ type lockState struct {
 	// or both.
 	holds holdSet
 	// The FIFO of waiters is a doubly linked list from head to tail, so
-	// that a waiter leaves it in O(1) (see queue.go).
+	// that a waiter leaves it in O(1) (see queue.go); its length is
+	// counted when asked (queueLenLocked: status, metrics).
 	head, tail *waiter
-	// nQueue is the length of the queue.
-	nQueue int
 	// firstX is the earliest exclusive waiter, nil if none: a shared
 	// waiter behind it waits, one before it does not (FIFO in O(1)).
 	firstX *waiter
@@ -38,28 +37,12 @@ type lockState struct {
 	// only through setLeaseLocked, which resets the give-up state below.
 	lease Lease
 	// contended is lease's ContendedLease channel, asked for once
-	// (askedContended) when a local request first waits behind the
+	// (askedContended, below) when a local request first waits behind the
 	// lease's holds or shares it with them; nil if not asked yet, or if
 	// the backend cannot tell (yield.go).
-	contended      <-chan struct{}
-	askedContended bool
-	// yielding: contended was closed: someone outside this engine waits
-	// for the lock. The lease is handed to no new request (privileged
-	// ones aside) and is released when its holds end (yield.go).
-	yielding bool
+	contended <-chan struct{}
 	// unwatch stops the lease's watcher (watchLocked), if it has one.
 	unwatch func()
-	// busy: a Claim, Convert or Release of this lock's lease is in flight,
-	// and mu was dropped for it. Nobody else touches the lease meanwhile.
-	busy bool
-	// busyWaits: the in-flight backend call may wait for a long time.
-	busyWaits bool
-	// settling: the in-flight call is settleDropsMu's downgrade or release,
-	// which lowers the lease's mode to settleTo (0: released): until it
-	// returns, the lease's Mode may still say the old one, and no hold
-	// that needs more than settleTo may be granted on it.
-	settling bool
-	settleTo Mode
 	// changed is closed whenever holds, lease or busy change, to wake the
 	// requests that are not queued (they wait for a backend call of
 	// another request to end); nil while nobody sleeps on it (see
@@ -74,11 +57,31 @@ type lockState struct {
 	// must cover.
 	// INVARIANT: they match holds; change holds only through change,
 	// insert and remove.
-	nLive, nExclusive             int
-	nExplicit, nExplicitExclusive int
+	nLive, nExclusive             int32
+	nExplicit, nExplicitExclusive int32
+
+	// The flags last, side by side with the counts: a table entry in the
+	// 160-byte size class, not 192 (one per held lock; TestLockStateSize).
+
+	askedContended bool
+	// yielding: contended was closed: someone outside this engine waits
+	// for the lock. The lease is handed to no new request (privileged
+	// ones aside) and is released when its holds end (yield.go).
+	yielding bool
+	// busy: a Claim, Convert or Release of this lock's lease is in flight,
+	// and mu was dropped for it. Nobody else touches the lease meanwhile.
+	busy bool
+	// busyWaits: the in-flight backend call may wait for a long time.
+	busyWaits bool
+	// settling: the in-flight call is settleDropsMu's downgrade or release,
+	// which lowers the lease's mode to settleTo (0: released): until it
+	// returns, the lease's Mode may still say the old one, and no hold
+	// that needs more than settleTo may be granted on it.
+	settling bool
+	settleTo Mode
 }
 
-func (ls *lockState) count(h *hold, d int) {
+func (ls *lockState) count(h *hold, d int32) {
 	switch h.mode() {
 	case Exclusive:
 		ls.nExclusive += d
@@ -297,7 +300,7 @@ func newLockState(id LockID) *lockState {
 
 // idleLocked: nothing refers to this entry any more.
 func (ls *lockState) idleLocked() bool {
-	return ls.holds.len() == 0 && ls.nQueue == 0 && ls.lease == nil && !ls.busy
+	return ls.holds.len() == 0 && ls.head == nil && ls.lease == nil && !ls.busy
 }
 
 // lockLocked returns the table entry for id, creating it.

@@ -221,7 +221,7 @@ func (e *Engine) Claims(ctx context.Context, id LockID) ([]ClaimRecord, error) {
 // asks the leases for their descriptions after releasing it, so that a
 // metrics scrape never holds up lock requests for a backend.
 func (e *Engine) Snapshot() []LockStatus {
-	return e.snapshot(func(ls *lockState) bool { return ls.holds.len() > 0 || ls.nQueue > 0 || len(ls.outside) > 0 })
+	return e.snapshot(func(ls *lockState) bool { return ls.holds.len() > 0 || ls.head != nil || len(ls.outside) > 0 })
 }
 
 // SnapshotWaited is Snapshot of the locks that have waiters (queued, or
@@ -232,7 +232,7 @@ func (e *Engine) Snapshot() []LockStatus {
 // list one holder per lock below), about 3 KiB of garbage per held lock
 // each time.
 func (e *Engine) SnapshotWaited() []LockStatus {
-	return e.snapshot(func(ls *lockState) bool { return ls.nQueue > 0 || len(ls.outside) > 0 })
+	return e.snapshot(func(ls *lockState) bool { return ls.head != nil || len(ls.outside) > 0 })
 }
 
 // Tally is the table counted the way a metrics scrape reports it.
@@ -262,10 +262,10 @@ func (e *Engine) Tally() Tally {
 	defer e.mu.Unlock()
 	for _, ls := range e.locks {
 		if ls.nExplicit > 0 {
-			t.Held[KindMode{ls.id.Kind, Exclusive}] += ls.nExplicitExclusive
-			t.Held[KindMode{ls.id.Kind, Shared}] += ls.nExplicit - ls.nExplicitExclusive
+			t.Held[KindMode{ls.id.Kind, Exclusive}] += int(ls.nExplicitExclusive)
+			t.Held[KindMode{ls.id.Kind, Shared}] += int(ls.nExplicit - ls.nExplicitExclusive)
 		}
-		if n := ls.nQueue + len(ls.outside); n > 0 {
+		if n := ls.queueLenLocked() + len(ls.outside); n > 0 {
 			for w := range ls.outside {
 				if ls.head == w || w.prev != nil {
 					n-- // queued too: counted once

@@ -71,7 +71,7 @@ func TestTallyMatchesSnapshot(t *testing.T) {
 		_, err := e.Acquire(waitCtx, Request{Lock: x, Mode: Exclusive, Owner: own(4), TID: 400, Wait: true})
 		done <- err
 	}()
-	eventuallyLock(t, e, x, "400 queued on x", func(ls *lockState) bool { return ls != nil && ls.nQueue == 1 })
+	eventuallyLock(t, e, x, "400 queued on x", func(ls *lockState) bool { return ls != nil && ls.queueLenLocked() == 1 })
 	// A lost hold: x/d's lease lost.
 	leaseOf(e, xd).lose(errors.New("test: lease lost"))
 	eventuallyLock(t, e, xd, "x/d's hold marked lost", func(ls *lockState) bool {

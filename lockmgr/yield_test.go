@@ -54,7 +54,7 @@ func TestObserverHearsOfYield(t *testing.T) {
 			testutil.Eventually(t, "the local request queued", func() bool {
 				e1.mu.Lock()
 				defer e1.mu.Unlock()
-				return e1.locks[f] != nil && e1.locks[f].nQueue == 1
+				return e1.locks[f] != nil && e1.locks[f].queueLenLocked() == 1
 			})
 			acquire(e2, "outside", req(3, 300))
 			testutil.Eventually(t, "the other engine's claim waits", func() bool {
