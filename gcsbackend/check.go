@@ -129,37 +129,21 @@ func (b *Backend) retryCheck(ctx context.Context, step, name string, f func(cont
 	}
 }
 
-// probeGeneration returns the probe's generation, 0 if it does not exist.
+// probeGeneration returns the probe's generation, 0 if it does not exist,
+// by the read every claim makes.
 func (b *Backend) probeGeneration(ctx context.Context, name string) (int64, error) {
 	rctx, cancel := b.requestCtx(ctx, 0)
 	defer cancel()
-	r, err := b.bucket.Object(name).NewReader(rctx)
-	if errors.Is(err, storage.ErrObjectNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer r.Close()
-	if _, err := io.Copy(io.Discard, io.LimitReader(r, 1<<20)); err != nil {
-		return 0, err
-	}
-	return r.Attrs.Generation, nil
+	gen, _, err := b.download(rctx, name)
+	return gen, err
 }
 
-// probeWrite uploads the probe on condition that its generation is gen.
+// probeWrite uploads the probe on condition that its generation is gen, by
+// the upload every claim makes.
 func (b *Backend) probeWrite(ctx context.Context, name string, gen int64, payload []byte) (int64, error) {
 	rctx, cancel := b.requestCtx(ctx, 0)
 	defer cancel()
-	w := b.upload(rctx, name, gen, payload)
-	if _, err := w.Write(payload); err != nil {
-		w.Close()
-		return 0, err
-	}
-	if err := w.Close(); err != nil {
-		return 0, err
-	}
-	return w.Attrs().Generation, nil
+	return b.upload(rctx, name, gen, payload, nil)
 }
 
 // transientCheck reports whether a failed request of Check is worth

@@ -1,17 +1,22 @@
 package gcsbackend
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"cloud.google.com/go/storage"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/iterator"
+	raw "google.golang.org/api/storage/v1"
 )
 
 // The requests the backend makes: a read of an object's content (which
@@ -67,24 +72,53 @@ func (b *Backend) read(ctx context.Context, name string) (snapshot, outcome, err
 // exist.
 func (b *Backend) readRaw(ctx context.Context, name string) (gen int64, body []byte, oc outcome, err error) {
 	b.stats.reads.Add(1)
-	r, err := b.bucket.Object(name).NewReader(ctx)
-	if errors.Is(err, storage.ErrObjectNotExist) {
-		b.stats.readsNotFound.Add(1)
-		return 0, nil, outcomeOK, nil
-	}
-	if err != nil {
-		return 0, nil, b.classify(ctx, err), err
-	}
-	defer r.Close()
-	body, err = io.ReadAll(io.LimitReader(r, 1<<20))
-	if err != nil {
-		return 0, nil, b.classify(ctx, err), err
-	}
-	if r.Attrs.Generation == 0 {
+	gen, body, err = b.download(ctx, name)
+	switch {
+	case errors.Is(err, errNoGeneration):
 		b.stats.otherErrors.Add(1)
-		return 0, nil, outcomePermanent, fmt.Errorf("object %s: read returned no generation", name)
+		return 0, nil, outcomePermanent, err
+	case err != nil:
+		return 0, nil, b.classify(ctx, err), err
+	case gen == 0:
+		b.stats.readsNotFound.Add(1)
 	}
-	return r.Attrs.Generation, body, outcomeOK, nil
+	return gen, body, outcomeOK, nil
+}
+
+// download fetches an object's content and generation (0, nil, nil if it
+// does not exist) through the JSON API's generated client, the media of
+// objects.get with the generation in X-Goog-Generation, as the storage
+// client's JSON reads take it: about 9 KB allocated per read where the
+// storage client's reader allocates 13 (10 against 15 for an object that
+// does not exist).
+func (b *Backend) download(ctx context.Context, name string) (int64, []byte, error) {
+	resp, err := b.objects.Get(b.cfg.Bucket, name).Context(ctx).Download()
+	if notFound(err) {
+		return 0, nil, nil
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, nil, err
+	}
+	h := resp.Header.Get("X-Goog-Generation")
+	gen, err := strconv.ParseInt(h, 10, 64)
+	if err != nil || gen == 0 {
+		return 0, nil, fmt.Errorf("object %s: X-Goog-Generation %q: %w", name, h, errNoGeneration)
+	}
+	return gen, body, nil
+}
+
+// errNoGeneration: a read's answer carried no generation.
+var errNoGeneration = errors.New("read returned no generation")
+
+// notFound reports whether err is the JSON API's 404.
+func notFound(err error) bool {
+	var ge *googleapi.Error
+	return errors.As(err, &ge) && ge.Code == http.StatusNotFound
 }
 
 // generation fetches an object's metadata only (a metadata GET, as cheap
@@ -108,36 +142,41 @@ func (b *Backend) generation(ctx context.Context, name string) (int64, outcome, 
 // and returns the new generation.
 func (b *Backend) write(ctx context.Context, name string, gen int64, payload []byte, meta map[string]string) (int64, outcome, error) {
 	b.stats.writes.Add(1)
-	w := b.upload(ctx, name, gen, payload)
-	w.CacheControl = "no-store"
-	w.Metadata = meta
-	if _, err := w.Write(payload); err != nil {
-		w.Close()
-		return 0, b.classify(ctx, err), err
+	gen, err := b.upload(ctx, name, gen, payload, meta)
+	if errors.Is(err, errNoGeneration) {
+		b.stats.otherErrors.Add(1)
+		return 0, outcomePermanent, err
 	}
-	if err := w.Close(); err != nil {
+	if err != nil {
 		return 0, b.classify(ctx, err), err
 	}
 	b.stats.writesOK.Add(1)
-	return w.Attrs().Generation, outcomeOK, nil
+	return gen, outcomeOK, nil
 }
 
-// upload returns a writer of payload as the object's next version, on
-// condition that its generation is still gen (0: that it does not exist),
-// in one request (no resumable session), sending payload's CRC32C so that
-// GCS checks what it stores (as GCS recommends; the client then checks the
-// CRC32C GCS reports against it).
-func (b *Backend) upload(ctx context.Context, name string, gen int64, payload []byte) *storage.Writer {
-	cond := storage.Conditions{DoesNotExist: true}
-	if gen != 0 {
-		cond = storage.Conditions{GenerationMatch: gen}
+// upload sends payload with metadata meta as the object's next version, on
+// condition that its generation is still gen (ifGenerationMatch; 0: that it
+// does not exist), and returns the new generation. One request (a
+// multipart upload, no resumable session) through the JSON API's generated
+// client, whose upload of a bytes.Reader copies through no buffer: about 18
+// KB allocated per upload where the storage client's Writer allocates 56
+// (a pipe to its uploading goroutine, a 32 KiB copy buffer). It sends
+// payload's CRC32C, so that GCS checks what it stores, as GCS recommends.
+func (b *Backend) upload(ctx context.Context, name string, gen int64, payload []byte, meta map[string]string) (int64, error) {
+	var sum [4]byte
+	binary.BigEndian.PutUint32(sum[:], crc32.Checksum(payload, castagnoli))
+	obj := &raw.Object{Name: name, Metadata: meta, CacheControl: "no-store", ContentType: "application/json",
+		Crc32c: base64.StdEncoding.EncodeToString(sum[:])}
+	o, err := b.objects.Insert(b.cfg.Bucket, obj).IfGenerationMatch(gen).Context(ctx).
+		Media(bytes.NewReader(payload), googleapi.ChunkSize(0), googleapi.ContentType("application/json")).
+		Fields("generation").Do()
+	if err != nil {
+		return 0, err
 	}
-	w := b.bucket.Object(name).If(cond).NewWriter(ctx)
-	w.ChunkSize = 0
-	w.ContentType = "application/json"
-	w.CRC32C = crc32.Checksum(payload, castagnoli)
-	w.SendCRC32C = true
-	return w
+	if o.Generation == 0 {
+		return 0, fmt.Errorf("object %s: upload: %w", name, errNoGeneration)
+	}
+	return o.Generation, nil
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
