@@ -70,7 +70,7 @@ func (e *Engine) noticeExitsDropsMu(ctx context.Context, ls *lockState, s step, 
 		if len(h.lineage) == 0 || !e.blocksLocked(h, waitNode{ls, s, rc, nil}) {
 			continue
 		}
-		scanning = scanning || h.rareOf().scanning > 0
+		scanning = scanning || h.fateOf().scanning > 0
 		if w := e.watches[h.lineage[0]]; w != nil && !w.exited {
 			takers = append(takers, h.lineage[0])
 		}
@@ -107,7 +107,7 @@ func (e *Engine) reassignDropsMu(w *procWatch) {
 	for h := range w.holds {
 		touched[h.lockID()] = true
 		procs, _ := e.procsLocked(h)
-		if len(procs) == 0 && !h.rareOf().scanned && h.owner.Class == OwnerFile && h.ino != 0 && h.lostErr() == nil {
+		if len(procs) == 0 && !h.fateOf().scanned && h.owner.Class == OwnerFile && h.ino != 0 && h.lostErr() == nil {
 			holds = append(holds, h)
 		}
 	}
@@ -135,7 +135,7 @@ func (e *Engine) findHeirsDropsMu(holds []*hold) {
 	var inos []uint64
 	idx := othersIndex{}
 	for _, h := range holds {
-		h.setRare().scanning++
+		h.setFate().scanning++
 		if known[h.ino] == nil {
 			known[h.ino] = map[int]bool{}
 			inos = append(inos, h.ino)
@@ -153,11 +153,11 @@ func (e *Engine) findHeirsDropsMu(holds []*hold) {
 	e.mu.Lock()
 	idx = othersIndex{}
 	for _, h := range holds {
-		h.rare.scanning-- // set above
+		h.rare.fate.scanning-- // set above
 		if ls := e.locks[h.lockID()]; ls == nil || ls.holds.get(h.owner) != h {
 			continue // released meanwhile
 		}
-		if procs, _ := e.procsLocked(h); len(procs) > 0 || h.rare.scanned {
+		if procs, _ := e.procsLocked(h); len(procs) > 0 || h.rare.fate.scanned {
 			continue
 		}
 		heirs, candidates := e.pickHeirsLocked(h, found[h.ino], idx)
@@ -191,7 +191,7 @@ var heirRescans = []time.Duration{
 // heirRescans, if h is still held and nobody's by then; it wakes the
 // waiters of h's lock if the scan names heirs.
 func (e *Engine) rescanLaterLocked(h *hold) {
-	r := h.setRare()
+	r := h.setFate()
 	if int(r.rescans) >= len(heirRescans) {
 		return
 	}
@@ -208,12 +208,12 @@ func (e *Engine) rescanLaterLocked(h *hold) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		ls := e.locks[h.lockID()]
-		if r := h.rareOf(); ls == nil || ls.holds.get(h.owner) != h || r.lost != nil || !r.scanned || len(r.heirs) > 0 {
+		if f := h.fateOf(); ls == nil || ls.holds.get(h.owner) != h || f.lost != nil || !f.scanned || len(f.heirs) > 0 {
 			return // released, lost, taken again or named meanwhile
 		}
-		h.rare.scanned = false // rareOf said true
+		h.rare.fate.scanned = false // fateOf said true
 		e.findHeirsDropsMu([]*hold{h})
-		if len(h.rareOf().heirs) > 0 {
+		if len(h.fateOf().heirs) > 0 {
 			ls.wakeAllLocked()
 		}
 	}()
@@ -221,7 +221,7 @@ func (e *Engine) rescanLaterLocked(h *hold) {
 
 // setHeirsLocked records heirs for h and watches them.
 func (e *Engine) setHeirsLocked(h *hold, heirs []ProcID) {
-	r := h.setRare()
+	r := h.setFate()
 	for _, p := range r.heirs {
 		e.untrackLocked(h, p)
 	}

@@ -172,7 +172,7 @@ func TestHeirsScannedAgainAfterTransientDescriptor(t *testing.T) {
 				e.mu.Lock()
 				defer e.mu.Unlock()
 				h := e.locks[d].holds.get(Owner{OwnerFile, 1})
-				r := h.rareOf()
+				r := h.fateOf()
 				return r.scanned && r.scanning == 0
 			})
 			if p := holder(); p != 100 {

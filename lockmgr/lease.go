@@ -96,7 +96,7 @@ func (e *Engine) loseDropsMu(ls *lockState, lease Lease, cause error) {
 			if h == nil || h.lostErr() != nil {
 				continue
 			}
-			l.change(h, func() { h.setRare().lost = cause })
+			l.change(h, func() { h.setFate().lost = cause })
 			touched = true
 			if h.explicit == 0 {
 				continue

@@ -28,7 +28,7 @@ func (e *Engine) procsLocked(h *hold) (procs []ProcID, inherited bool) {
 	if !e.exitedLocked(h.lineage[0]) {
 		return h.lineage[:1], false
 	}
-	heirs := h.rareOf().heirs
+	heirs := h.fateOf().heirs
 	live := heirs[:0:0]
 	for _, p := range heirs {
 		if !e.exitedLocked(p) {

@@ -60,8 +60,8 @@ func (e *Engine) AdoptNewDir(ctx context.Context, parent, name string, tid int) 
 	e.mu.Lock()
 	if ls := e.locks[nd]; ls != nil {
 		if h := ls.holds.get(req.Owner); h != nil && h.explicit == Exclusive {
-			r := h.setRare()
-			r.adopted = append(r.adopted, child)
+			f := h.setFate()
+			f.adopted = append(f.adopted, child)
 			e.mu.Unlock()
 			return true, nil
 		}
@@ -102,8 +102,8 @@ func (e *Engine) GiveUpAdopted(parent, name string, tid int) bool {
 	if h == nil {
 		return false
 	}
-	if r := h.rare; r != nil {
-		r.adopted = slices.DeleteFunc(r.adopted, func(id LockID) bool { return id == child })
+	if r := h.rare; r != nil && r.fate != nil {
+		r.fate.adopted = slices.DeleteFunc(r.fate.adopted, func(id LockID) bool { return id == child })
 	}
 	e.releaseAdoptedDropsMu(child, h.owner)
 	return true
@@ -130,7 +130,7 @@ func (e *Engine) newDirHolderLocked(nd LockID, lin Lineage, adopted LockID) *hol
 		if h.lostErr() != nil || h.explicit != Exclusive {
 			continue
 		}
-		if adopted != (LockID{}) && !slices.Contains(h.rareOf().adopted, adopted) {
+		if adopted != (LockID{}) && !slices.Contains(h.fateOf().adopted, adopted) {
 			continue
 		}
 		if e.belongsToLineageLocked(h, lin) {

@@ -119,11 +119,12 @@ func (e *Engine) untrackAllLocked(h *hold) {
 	if len(h.lineage) > 0 {
 		e.untrackLocked(h, h.lineage[0])
 	}
-	if r := h.rare; r != nil {
-		for _, p := range r.heirs {
+	if r := h.rare; r != nil && r.fate != nil {
+		f := r.fate
+		for _, p := range f.heirs {
 			e.untrackLocked(h, p)
 		}
-		r.heirs, r.scanned, r.rescans = nil, false, 0
+		f.heirs, f.scanned, f.rescans = nil, false, 0
 	}
 }
 

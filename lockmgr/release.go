@@ -26,8 +26,8 @@ func (e *Engine) Release(ctx context.Context, id LockID, owner Owner) error {
 	}
 	mode := h.explicit
 	var adopted []LockID
-	if r := h.rare; r != nil {
-		adopted, r.adopted = r.adopted, nil
+	if r := h.rare; r != nil && r.fate != nil {
+		adopted, r.fate.adopted = r.fate.adopted, nil
 	}
 	ls.change(h, func() { h.explicit = 0 })
 	delete(e.usage, h)

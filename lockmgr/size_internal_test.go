@@ -9,13 +9,17 @@ import (
 // TestHoldSize keeps a hold in the 96-byte size class: a host has one
 // per held lock and one more on each of its ancestors for the lock's owner
 // (docs/BENCHMARKS.md "Held locks"). A field added to hold must find room
-// in its padding, go to holdRare, or say in BENCHMARKS what it costs.
+// in its padding, go to holdRare (an explicit grant's) or holdFate (an
+// exit's, a loss's, an adoption's), or say in BENCHMARKS what it costs.
 func TestHoldSize(t *testing.T) {
 	if n := unsafe.Sizeof(hold{}); n > 96 {
 		t.Fatalf("hold is %d bytes, more than the 96 of its size class", n)
 	}
-	if n := unsafe.Sizeof(holdRare{}); n > 112 {
-		t.Fatalf("holdRare is %d bytes, more than the 112 of its size class", n)
+	if n := unsafe.Sizeof(holdRare{}); n > 48 {
+		t.Fatalf("holdRare is %d bytes, more than the 48 of its size class", n)
+	}
+	if n := unsafe.Sizeof(holdFate{}); n > 80 {
+		t.Fatalf("holdFate is %d bytes, more than the 80 of its size class", n)
 	}
 }
 
@@ -69,6 +73,9 @@ func TestImplicitHoldsHaveNoRare(t *testing.T) {
 	}
 	if rareOf("a/b/c") == nil {
 		t.Fatal("control: the explicit hold on a/b/c has no rare fields (its grant number)")
+	}
+	if f := rareOf("a/b/c").fate; f != nil {
+		t.Errorf("a plain grant made the rarest fields too: %+v", *f)
 	}
 	for _, p := range []string{".", "a", "a/b"} {
 		st := e.Status(dirLock(p))

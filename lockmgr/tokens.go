@@ -51,7 +51,7 @@ type dueToken struct {
 // its next grant, which numbers it anew: only explicit grants have tokens.)
 // GUARDED_BY(Engine.mu)
 func (h *hold) owesToken() bool {
-	return h.rare != nil && h.rare.tokenDue && h.explicit != 0 && h.rare.lost == nil
+	return h.rare != nil && h.rare.tokenDue && h.explicit != 0 && h.lostErr() == nil
 }
 
 // dueOf is h's current grant on ls as a dueToken.
