@@ -158,7 +158,7 @@ func DefaultConfig() Config {
 		GCSHeldLocks:   100000,
 		GCSHeldPerProc: 15000,
 		GCSHeldSetup:   12 * time.Minute,
-		GCSHeldPairs:   200,
+		GCSHeldPairs:   3000,
 
 		FairHold:     200 * time.Millisecond,
 		DrainWaiters: 10000,
