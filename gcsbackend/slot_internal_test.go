@@ -6,15 +6,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // TestOwnRecSize: a held lock's ownRec stays in the 128-byte size class
 // (its slot costs no allocation of its own).
 func TestOwnRecSize(t *testing.T) {
-	if n := unsafe.Sizeof(ownRec{}); n > 128 {
-		t.Fatalf("ownRec is %d bytes, more than the 128 of its size class", n)
-	}
+	testutil.SizeAtMost[ownRec](t, 128)
 }
 
 // slotUser is what the exclusion check needs of a slot.
@@ -98,9 +97,9 @@ func TestRecSlotWaitEnds(t *testing.T) {
 	gaveUp := make(chan error, 1)
 	go func() { gaveUp <- r.lock(ctx) }()
 	second := make(chan error, 1)
-	eventually(t, func() bool { return waiting(&r) == 1 })
+	testutil.Eventually(t, "the first waiter to queue", func() bool { return waiting(&r) == 1 })
 	go func() { second <- r.lock(context.Background()) }()
-	eventually(t, func() bool { return waiting(&r) == 2 })
+	testutil.Eventually(t, "the second waiter to queue", func() bool { return waiting(&r) == 2 })
 	cancel()
 	if err := <-gaveUp; err != context.Canceled {
 		t.Fatalf("a wait whose context ended: %v, want context.Canceled", err)
@@ -128,13 +127,4 @@ func waiting(r *ownRec) int {
 		return 0
 	}
 	return len(*r.slotWait)
-}
-
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-	}
 }

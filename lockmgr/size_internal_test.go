@@ -3,7 +3,8 @@ package lockmgr
 import (
 	"context"
 	"testing"
-	"unsafe"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // TestHoldSize keeps a hold in the 96-byte size class: a host has one
@@ -12,23 +13,15 @@ import (
 // in its padding, go to holdRare (an explicit grant's) or holdFate (an
 // exit's, a loss's, an adoption's), or say in BENCHMARKS what it costs.
 func TestHoldSize(t *testing.T) {
-	if n := unsafe.Sizeof(hold{}); n > 96 {
-		t.Fatalf("hold is %d bytes, more than the 96 of its size class", n)
-	}
-	if n := unsafe.Sizeof(holdRare{}); n > 48 {
-		t.Fatalf("holdRare is %d bytes, more than the 48 of its size class", n)
-	}
-	if n := unsafe.Sizeof(holdFate{}); n > 80 {
-		t.Fatalf("holdFate is %d bytes, more than the 80 of its size class", n)
-	}
+	testutil.SizeAtMost[hold](t, 96)
+	testutil.SizeAtMost[holdRare](t, 48)
+	testutil.SizeAtMost[holdFate](t, 80)
 }
 
 // TestLockStateSize: a lock's table entry (one per held lock) stays in
 // the 160-byte size class.
 func TestLockStateSize(t *testing.T) {
-	if n := unsafe.Sizeof(lockState{}); n > 160 {
-		t.Fatalf("lockState is %d bytes, more than the 160 of its size class", n)
-	}
+	testutil.SizeAtMost[lockState](t, 160)
 }
 
 // TestImplicitHoldsHaveNoRare: a lock's implicit-only holds on its

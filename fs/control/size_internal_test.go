@@ -2,7 +2,8 @@ package control
 
 import (
 	"testing"
-	"unsafe"
+
+	"github.com/lockfs/lockfs/internal/testutil"
 )
 
 // TestNodeAndHandleSize keeps a control file's node in the 112-byte size
@@ -11,10 +12,6 @@ import (
 // either must find room in its padding, go to handleText (a handle's), or
 // say in BENCHMARKS what it costs.
 func TestNodeAndHandleSize(t *testing.T) {
-	if n := unsafe.Sizeof(controlNode{}); n > 112 {
-		t.Errorf("controlNode is %d bytes, more than the 112 of its size class", n)
-	}
-	if n := unsafe.Sizeof(controlHandle{}); n > 64 {
-		t.Errorf("controlHandle is %d bytes, more than the 64 of its size class", n)
-	}
+	testutil.SizeAtMost[controlNode](t, 112)
+	testutil.SizeAtMost[controlHandle](t, 64)
 }

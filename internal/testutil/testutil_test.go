@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -18,9 +19,9 @@ type fakeT struct {
 
 func (f *fakeT) Helper()           {}
 func (f *fakeT) Cleanup(fn func()) { f.cleanups = append(f.cleanups, fn) }
-func (f *fakeT) Errorf(string, ...any) {
+func (f *fakeT) Errorf(format string, args ...any) {
 	f.mu.Lock()
-	f.errors = append(f.errors, "error")
+	f.errors = append(f.errors, fmt.Sprintf(format, args...))
 	f.mu.Unlock()
 }
 
@@ -86,5 +87,20 @@ func TestLeakedSinceSnapshot(t *testing.T) {
 	close(stop)
 	if left := g.Leaked(); len(left) != 0 {
 		t.Errorf("after it ended: Leaked found %d", len(left))
+	}
+}
+
+// TestSizeAtMost: a struct within its bound passes; one a byte over it
+// fails, naming the type (the control).
+func TestSizeAtMost(t *testing.T) {
+	type sixteen struct{ a, b uint64 }
+	var ok, over fakeT
+	SizeAtMost[sixteen](&ok, 16)
+	SizeAtMost[sixteen](&over, 15)
+	if len(ok.errors) != 0 {
+		t.Errorf("a 16-byte struct failed a 16-byte bound: %v", ok.errors)
+	}
+	if len(over.errors) != 1 || !strings.Contains(over.errors[0], "sixteen is 16 bytes, more than the 15") {
+		t.Errorf("control: a 16-byte struct under a 15-byte bound reported %v", over.errors)
 	}
 }
