@@ -48,10 +48,10 @@ type Backend struct {
 	// Dependencies
 	client *storage.Client
 	bucket *storage.BucketHandle
-	// objects sends the two requests of every claim, the read of an
-	// object's content and the upload of its next version, through the
-	// JSON API's generated client, under the storage client: a third of
-	// the garbage per read and a third per upload (store.go).
+	// objects sends the requests of every claim (the read of an object's
+	// content, the upload of its next version, the listing below a
+	// directory) through the JSON API's generated client, under the
+	// storage client: about a third less garbage each (store.go).
 	objects *raw.ObjectsService
 	log     logrus.FieldLogger
 	clock   Clock

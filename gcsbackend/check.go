@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"syscall"
@@ -66,22 +65,20 @@ func (b *Backend) Check(ctx context.Context) error {
 	if err := b.retryCheck(ctx, "read back", name, func(ctx context.Context) error {
 		rctx, cancel := b.requestCtx(ctx, 0)
 		defer cancel()
-		r, err := b.bucket.Object(name).NewReader(rctx)
-		if errors.Is(err, storage.ErrObjectNotExist) {
+		// The read every claim makes (download).
+		gotGen, got, err := b.download(rctx, name)
+		switch {
+		case errors.Is(err, errNoGeneration):
+			gotGen, got = 0, nil // answered, but with no generation: reported below
+		case err != nil:
+			return err
+		case gotGen == 0:
 			return fmt.Errorf("%w: endpoint %s accepted a write of gs://%s/%s but does not find it: "+
 				"it is not a GCS JSON API endpoint; name one ending in /storage/v1/", ErrBucketUnusable, b.endpointName(), b.cfg.Bucket, name)
 		}
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		got, err := io.ReadAll(io.LimitReader(r, 1<<20))
-		if err != nil {
-			return err
-		}
-		if !bytes.Equal(got, payload) || r.Attrs.Generation != gen {
+		if !bytes.Equal(got, payload) || gotGen != gen {
 			return fmt.Errorf("%w: endpoint %s returned other content or generation (%d, want %d) for gs://%s/%s than was just written",
-				ErrBucketUnusable, b.endpointName(), r.Attrs.Generation, gen, b.cfg.Bucket, name)
+				ErrBucketUnusable, b.endpointName(), gotGen, gen, b.cfg.Bucket, name)
 		}
 		return nil
 	}); err != nil {
@@ -129,12 +126,16 @@ func (b *Backend) retryCheck(ctx context.Context, step, name string, f func(cont
 	}
 }
 
-// probeGeneration returns the probe's generation, 0 if it does not exist,
-// by the read every claim makes.
+// probeGeneration returns the probe's generation, 0 if it does not exist
+// or its read carried none (the read back below reports that), by the read
+// every claim makes.
 func (b *Backend) probeGeneration(ctx context.Context, name string) (int64, error) {
 	rctx, cancel := b.requestCtx(ctx, 0)
 	defer cancel()
 	gen, _, err := b.download(rctx, name)
+	if errors.Is(err, errNoGeneration) {
+		return 0, nil
+	}
 	return gen, err
 }
 

@@ -111,7 +111,8 @@ func (b *Backend) download(ctx context.Context, name string) (int64, []byte, err
 	return gen, body, nil
 }
 
-// errNoGeneration: a read's answer carried no generation.
+// errNoGeneration: the answer to a read or an upload carried no
+// generation.
 var errNoGeneration = errors.New("read returned no generation")
 
 // notFound reports whether err is the JSON API's 404.
