@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -94,14 +95,11 @@ func (r *ownRec) lock(ctx context.Context) error {
 	}
 	r.slotMu.Lock()
 	if r.slotWait != nil {
-		q := *r.slotWait
-		for i, c := range q {
-			if c == ch {
-				*r.slotWait = append(q[:i], q[i+1:]...)
-				r.dropSlotWaitLocked()
-				r.slotMu.Unlock()
-				return ctx.Err()
-			}
+		if i := slices.Index(*r.slotWait, ch); i >= 0 {
+			*r.slotWait = slices.Delete(*r.slotWait, i, i+1)
+			r.dropSlotWaitLocked()
+			r.slotMu.Unlock()
+			return ctx.Err()
 		}
 	}
 	r.slotMu.Unlock()
