@@ -122,6 +122,34 @@ func (d *Dir) relPath() string {
 	return d.relPathLocked()
 }
 
+// LockPath returns d's path in the engine's form ("." for the root): the
+// path of the locks its control files take. relPath's paths are in that
+// form already: every name in them passed checkName.
+func (d *Dir) LockPath() string {
+	return d.relPath()
+}
+
+// WhereNow returns d's path now, in the engine's form, for a lock request
+// that may have waited while d moved (control/lock.go, # Renames). If checkFound,
+// found reports whether SOURCE has d's inode at that path. It waits for a
+// rename of a directory through the mount that is under way (moveMu), so
+// that it sees d either where it was before or where it is after.
+func (d *Dir) WhereNow(checkFound bool) (path string, found bool) {
+	d.fs.moveMu.RLock()
+	defer d.fs.moveMu.RUnlock()
+	rel := d.relPath()
+	if !checkFound || d == d.fs.root {
+		return rel, true
+	}
+	fd, err := openBeneath(d.fs.rootFd, rel, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return rel, false
+	}
+	defer closeFd(fd)
+	var st inodeStat
+	return rel, fstat(fd, &st) == nil && keyOf(&st) == d.key
+}
+
 // paths returns the paths of n relative to SOURCE, newest first.
 func (n *node) paths() []string {
 	n.fs.treeMu.RLock()
