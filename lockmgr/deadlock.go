@@ -67,7 +67,7 @@ func (e *Engine) closesCycleLocked(ls *lockState, s step, rc *reqCtx, w *waiter)
 }
 
 // blocksLocked reports whether hold h makes wait n wait. A wait that the
-// yield of n's lease holds back (yield.go) waits for every live hold, as
+// yield of n's lease holds back (lease.go) waits for every live hold, as
 // an exclusive one would.
 func (e *Engine) blocksLocked(h *hold, n waitNode) bool {
 	mode := n.s.mode

@@ -52,7 +52,7 @@
 // waiter sleeps on its own channel and a change wakes only the waiters it
 // may let in (queue.go), so a release costs O(1) however long the queue.
 //
-// Fairness holds across daemons too (yield.go). A lease that local demand
+// Fairness holds across daemons too (lease.go). A lease that local demand
 // keeps busy would pass from one local holder to the next for ever, so
 // when a local request first waits behind a leased lock's holds, or shares
 // the lease with them, the engine asks the lease whether its backend can

@@ -40,7 +40,7 @@ type Config struct {
 	After func(d time.Duration) <-chan time.Time
 	// KeepContended makes the engine ignore ContendedLease: it keeps
 	// handing a lease that someone outside waits for to local requests,
-	// as lockfs did before it was fair across daemons (yield.go). It is
+	// as lockfs did before it was fair across daemons (lease.go). It is
 	// the control of the fairness tests, never for use.
 	KeepContended bool
 }

@@ -14,7 +14,7 @@ import (
 // same for one step of Acquire, waits on its goroutine instead of parking);
 // one step, in the order it runs: tryStepDropsMu takes, fails or queues
 // it; grantableLocked decides whether it may be granted, as far as this host's processes go (conflicting
-// holds, exemptions by lineage, FIFO; yield.go adds the lease's give-up);
+// holds, exemptions by lineage, FIFO; lease.go adds the lease's give-up);
 // takeDropsMu takes it once the lease covers it, or brings the lease up
 // (claimDropsMu, the backend call, with the claim's context a lazyctx.Ctx);
 // addHoldLocked (state.go, beside the table it changes) records the hold.
@@ -247,7 +247,7 @@ func (e *Engine) takeDropsMu(ctx context.Context, ls *lockState, s step, rc *req
 	if !e.needsLease(s) || (settleOK && ls.lease != nil && ls.lease.Mode() >= need && ls.lease.Err() == nil) {
 		if e.needsLease(s) && e.leaseModeLocked(ls) > 0 {
 			// The lease is shared with other holds: a stream of such
-			// grants could keep it for ever (yield.go).
+			// grants could keep it for ever (lease.go).
 			e.watchContendedLocked(ls)
 		}
 		if *w != nil {

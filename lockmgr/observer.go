@@ -60,7 +60,7 @@ type Observer interface {
 	// (another host, another daemon over the same SOURCE, a program
 	// locking SOURCE directly) waits for a lock it holds under continuous
 	// local demand: the lease is handed to no new local request and goes
-	// when the holds running end (yield.go; status says "yielding"). Once
+	// when the holds running end (lease.go; status says "yielding"). Once
 	// per lease.
 	Yielded(id LockID)
 }

@@ -130,7 +130,7 @@ func (e *Engine) settleDropsMu(ls *lockState) {
 			// backend, implicit ones that need no lease): kept, it
 			// would keep other hosts out for as long as those holds
 			// last, and they may be waiting for those very hosts. And
-			// so is a lease that someone outside waits for (yield.go).
+			// so is a lease that someone outside waits for (lease.go).
 			return
 		}
 		release := need == 0 || lease.Err() != nil

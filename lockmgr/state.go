@@ -39,7 +39,7 @@ type lockState struct {
 	// contended is lease's ContendedLease channel, asked for once
 	// (askedContended, below) when a local request first waits behind the
 	// lease's holds or shares it with them; nil if not asked yet, or if
-	// the backend cannot tell (yield.go).
+	// the backend cannot tell (lease.go).
 	contended <-chan struct{}
 	// unwatch stops the lease's watcher (watchLocked), if it has one.
 	unwatch func()
@@ -66,7 +66,7 @@ type lockState struct {
 	askedContended bool
 	// yielding: contended was closed: someone outside this engine waits
 	// for the lock. The lease is handed to no new request (privileged
-	// ones aside) and is released when its holds end (yield.go).
+	// ones aside) and is released when its holds end (lease.go).
 	yielding bool
 	// busy: a Claim, Convert or Release of this lock's lease is in flight,
 	// and mu was dropped for it. Nobody else touches the lease meanwhile.

@@ -75,7 +75,7 @@ type LockStatus struct {
 	Lease string
 	// Yielding: someone outside this engine waits for the lock, so the
 	// lease goes to no new local request and is given up when the holds
-	// running end (yield.go).
+	// running end (lease.go).
 	Yielding bool
 }
 
