@@ -300,6 +300,19 @@ func (h *controlHandle) engineRequest(call *lockCall, wait bool) lockmgr.Request
 	}
 }
 
+// remember records that owner asks for lock id through handle h.
+func (n *controlNode) remember(owner lockmgr.Owner, h *controlHandle, id lockmgr.LockID) {
+	n.mu.Lock()
+	if old, ok := n.owners.get(owner); !ok || old.h != h {
+		if ok {
+			old.h.dropOwnerLocked(owner)
+		}
+		h.owners = append(h.owners, owner)
+	}
+	n.owners.set(owner, ownerRecord{h: h, id: id})
+	n.mu.Unlock()
+}
+
 // followed looks, after the engine answered call with err, whether h's
 // directory moved meanwhile (see # Renames). again: ask again, at the
 // path call.id now names; otherwise err is the request's outcome.

@@ -11,7 +11,10 @@ import (
 // the first is kept inline and only the others in a map, made when a
 // second owner comes: a map of one entry costs a whole group of eight
 // slots (about 0.4 KiB), once per held lock (docs/BENCHMARKS.md "Held
-// locks"). The zero value is empty. Not safe for concurrent use.
+// locks"). The zero value is empty. Not safe for concurrent use. A lock
+// call records its owner before it asks the engine (controlNode.remember,
+// lock.go); an unlock, a Flush and a Release take it out again
+// (controlNode.forget, release.go).
 type ownerRecords struct {
 	first    ownerRecord
 	firstOf  lockmgr.Owner
@@ -76,31 +79,6 @@ func (r *ownerRecords) each(fn func(lockmgr.Owner, ownerRecord)) {
 	for o, rec := range r.rest {
 		fn(o, rec)
 	}
-}
-
-// remember records that owner asks for lock id through handle h.
-func (n *controlNode) remember(owner lockmgr.Owner, h *controlHandle, id lockmgr.LockID) {
-	n.mu.Lock()
-	if old, ok := n.owners.get(owner); !ok || old.h != h {
-		if ok {
-			old.h.dropOwnerLocked(owner)
-		}
-		h.owners = append(h.owners, owner)
-	}
-	n.owners.set(owner, ownerRecord{h: h, id: id})
-	n.mu.Unlock()
-}
-
-// forget removes owner's record and returns the lock it asked for.
-func (n *controlNode) forget(owner lockmgr.Owner) (lockmgr.LockID, bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	rec, ok := n.owners.get(owner)
-	if ok {
-		n.owners.remove(owner)
-		rec.h.dropOwnerLocked(owner)
-	}
-	return rec.id, ok
 }
 
 // dropOwnerLocked removes owner from h.owners. Called with h.n.mu held.

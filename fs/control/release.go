@@ -30,6 +30,18 @@ func (h *controlHandle) unlock(ctx context.Context, call lockCall) error {
 	return nil
 }
 
+// forget removes owner's record and returns the lock it asked for.
+func (n *controlNode) forget(owner lockmgr.Owner) (lockmgr.LockID, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	rec, ok := n.owners.get(owner)
+	if ok {
+		n.owners.remove(owner)
+		rec.h.dropOwnerLocked(owner)
+	}
+	return rec.id, ok
+}
+
 // Flush releases the closing process's POSIX locks on this control file.
 func (h *controlHandle) Flush(ctx context.Context, req *fuse.FlushRequest) error {
 	owner := posixOwner(req.LockOwner)
