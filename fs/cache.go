@@ -312,25 +312,3 @@ func (n *File) revalidateSiblings() {
 		}
 	}
 }
-
-// A directory lock guards the immediate children of its directory (SPEC
-// §2): their names and attributes are whatever SOURCE has when the lock
-// is granted. The kernel may have kept them from before (entryValid,
-// fileAttrValid), changed since by another mount or in SOURCE: a granted
-// directory or new-dir lock drops them.
-//
-// It drops only what the kernel may still hold from before. Every answer
-// that gives the kernel a node's attributes or a name for it takes a
-// number from one counter (FS.given, node.givenGen: fillAttr), and a
-// revalidation of D notes the counter when it starts. What the kernel
-// got before a revalidation of D began was dropped by it, and the kernel
-// keeps nothing of a node after the drop but what later answers give it.
-// So a revalidation drops the child names and attributes (and D's own)
-// given since the start of the revalidation before the previous one: one
-// round more than needed, for an answer that the daemon had written when
-// a revalidation started but that the kernel took in only after it (the
-// kernel discards attributes from such a late answer, and a dropped name
-// is unhashed, but the extra round costs little). A lock taken and
-// released in a loop with nobody looking at D's children sends nothing
-// after the second grant; each child looked at since costs two
-// notifications at each of the next two grants.

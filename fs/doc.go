@@ -134,7 +134,7 @@
 //   - a file's size, times, mode, owner: within 1 s, and at once after an
 //     open(2) of the file or a lock granted on it, which invalidate the
 //     kernel's attributes if the file changed, or a directory lock granted
-//     on its directory, which drops its name and attributes (cache.go);
+//     on its directory, which drops its name and attributes (invalidate.go);
 //   - a file's data: at each open(2) and each lock granted on the file,
 //     which drop the kernel's cached pages if the file changed in SOURCE
 //     (close-to-open and lock consistency, as NFS; cache.go and

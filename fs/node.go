@@ -49,7 +49,7 @@ type node struct {
 	// messages. GUARDED_BY(fs.treeMu)
 	lastLink link
 	// children are, for a directory, the nodes with a link into it, for
-	// the directory lock's revalidation (cache.go). INVARIANT: c is in
+	// the directory lock's revalidation (invalidate.go). INVARIANT: c is in
 	// d.children iff one of c.links has dir d, or c was forgotten.
 	// GUARDED_BY(fs.treeMu)
 	children map[*node]struct{}
@@ -70,7 +70,7 @@ type node struct {
 	// kernel n's attributes or a name for n (fillAttr). GUARDED_BY(mu)
 	givenGen uint64
 	// revalGens are, for a directory, the FS.given values at the start
-	// of its last two revalidations, older first (cache.go).
+	// of its last two revalidations, older first (invalidate.go).
 	// GUARDED_BY(mu)
 	revalGens [2]uint64
 	// pin is a directory's kept descriptor (pin.go); unpinnable is set

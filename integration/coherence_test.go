@@ -392,7 +392,7 @@ func TestDirLockRevalidatesChildren(t *testing.T) {
 	}
 	// regiven follows underLock: grants with nobody looking at c's
 	// children (which drop nothing once the kernel holds nothing from
-	// before, cache.go), then c/f cached again, chmod 640 in SOURCE, and
+	// before, fs/invalidate.go), then c/f cached again, chmod 640 in SOURCE, and
 	// the mode of c/f seen under the next grant. c/f is held open
 	// throughout, so that the kernel keeps its node (a dropped name would
 	// otherwise let the kernel forget it, and the next lookup make a new
