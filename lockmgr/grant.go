@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/lockfs/lockfs/internal/lazyctx"
 )
 
 // Granting a request's plan (acquire.go makes it), top down: the loop over
@@ -16,7 +14,7 @@ import (
 // it; grantableLocked decides whether it may be granted, as far as this host's processes go (conflicting
 // holds, exemptions by lineage, FIFO; lease.go adds the lease's give-up);
 // takeDropsMu takes it once the lease covers it, or brings the lease up
-// (claimDropsMu, the backend call, with the claim's context a lazyctx.Ctx);
+// (lease.go claimDropsMu, the backend call);
 // addHoldLocked (state.go, beside the table it changes) records the hold.
 // While it waits for a claim, a request is in the lock's outside set
 // (outsideWait, below); its wait in the queue is wait.go's. Once every step
@@ -287,60 +285,6 @@ func (e *Engine) leaseModeLocked(ls *lockState) Mode {
 // always, except an implicit step over a hierarchical backend.
 func (e *Engine) needsLease(s step) bool {
 	return s.explicit || !e.hier
-}
-
-// claimDropsMu brings ls's lease up to mode need, dropping mu for the
-// backend call. On return mu is held and ls.busy is false.
-func (e *Engine) claimDropsMu(ctx context.Context, ls *lockState, need Mode, wait bool) error {
-	lease := ls.lease
-	// A lease that no hold needs is given back and claimed anew rather
-	// than upgraded: an upgrade keeps the old claim while it waits, and
-	// two hosts upgrading claims nobody needs would wait for each other.
-	var stale Lease
-	if lease != nil && e.leaseModeLocked(ls) == 0 {
-		stale, lease = lease, nil
-		ls.setLeaseLocked(nil)
-		ls.unwatchLocked()
-	}
-	ls.busy, ls.busyWaits = true, wait
-	e.mu.Unlock()
-	if stale != nil {
-		if err := stale.Release(context.WithoutCancel(ctx)); err != nil {
-			e.log.WithError(err).WithField("path", ls.id.String()).Warn("backend release failed")
-		}
-	}
-
-	bctx := ctx
-	if wait {
-		// The request's context, also ended when the engine closes; the
-		// merge is made only if the backend looks at it (most claims do
-		// not: the flock is free).
-		cc := lazyctx.New(ctx, e.ctx)
-		defer cc.Cancel()
-		bctx = cc
-	}
-	var err error
-	var fresh Lease
-	if lease == nil {
-		fresh, err = e.backend.Claim(bctx, ls.id, need, wait)
-	} else {
-		err = lease.Convert(bctx, need, wait)
-	}
-
-	e.mu.Lock()
-	ls.busy, ls.busyWaits = false, false
-	e.broadcastLocked(ls)
-	if fresh != nil {
-		ls.setLeaseLocked(fresh)
-		e.watchLocked(ls, fresh)
-	}
-	if err != nil && lease != nil && errors.Is(err, ErrLeaseLost) {
-		e.loseDropsMu(ls, lease, err)
-	}
-	if err != nil && e.closed {
-		return ErrClosed
-	}
-	return err
 }
 
 // issueToken asks the lease for the grant's fencing token and records it,

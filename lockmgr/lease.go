@@ -1,18 +1,76 @@
 package lockmgr
 
-// The lease the engine holds for a lock, from the backend: watched for
-// loss (watchLocked; loseDropsMu marks the holds lost), given up when
-// someone outside this engine wants it (# Fairness across daemons, below),
-// and broken by an operator (Break).
+// The lease the engine holds for a lock, from the backend, in the order of
+// its life: claimed or converted for a step it does not cover
+// (claimDropsMu, with the claim's context a lazyctx.Ctx), watched for loss
+// (watchLocked; loseDropsMu marks the holds lost), given up when someone
+// outside this engine wants it (# Fairness across daemons, below), and
+// broken by an operator (Break).
 
 import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/lockfs/lockfs/internal/lazyctx"
 )
 
 // ErrBroken is wrapped in ErrLeaseLost when an operator broke a lock.
 var ErrBroken = errors.New("broken by an operator")
+
+// claimDropsMu brings ls's lease up to mode need, dropping mu for the
+// backend call. On return mu is held and ls.busy is false.
+func (e *Engine) claimDropsMu(ctx context.Context, ls *lockState, need Mode, wait bool) error {
+	lease := ls.lease
+	// A lease that no hold needs is given back and claimed anew rather
+	// than upgraded: an upgrade keeps the old claim while it waits, and
+	// two hosts upgrading claims nobody needs would wait for each other.
+	var stale Lease
+	if lease != nil && e.leaseModeLocked(ls) == 0 {
+		stale, lease = lease, nil
+		ls.setLeaseLocked(nil)
+		ls.unwatchLocked()
+	}
+	ls.busy, ls.busyWaits = true, wait
+	e.mu.Unlock()
+	if stale != nil {
+		if err := stale.Release(context.WithoutCancel(ctx)); err != nil {
+			e.log.WithError(err).WithField("path", ls.id.String()).Warn("backend release failed")
+		}
+	}
+
+	bctx := ctx
+	if wait {
+		// The request's context, also ended when the engine closes; the
+		// merge is made only if the backend looks at it (most claims do
+		// not: the flock is free).
+		cc := lazyctx.New(ctx, e.ctx)
+		defer cc.Cancel()
+		bctx = cc
+	}
+	var err error
+	var fresh Lease
+	if lease == nil {
+		fresh, err = e.backend.Claim(bctx, ls.id, need, wait)
+	} else {
+		err = lease.Convert(bctx, need, wait)
+	}
+
+	e.mu.Lock()
+	ls.busy, ls.busyWaits = false, false
+	e.broadcastLocked(ls)
+	if fresh != nil {
+		ls.setLeaseLocked(fresh)
+		e.watchLocked(ls, fresh)
+	}
+	if err != nil && lease != nil && errors.Is(err, ErrLeaseLost) {
+		e.loseDropsMu(ls, lease, err)
+	}
+	if err != nil && e.closed {
+		return ErrClosed
+	}
+	return err
+}
 
 // watchLocked arranges for ls's holds to be marked lost if lease is lost:
 // through the lease's OnLost if it has one (LossNotifier), else with a
