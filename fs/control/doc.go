@@ -21,7 +21,7 @@
 //   - refusals.go: how often a refusal is logged, and who was in the way;
 //   - status.go: the status text a read returns (SPEC §6);
 //   - owners.go: the per-node record of which owner locked through which
-//     handle (remember, forget).
+//     handle (made by remember, lock.go; taken out by forget, release.go).
 //
 // A control file reaches its directory only through the Dir interface,
 // which package fs's Dir implements; control imports nothing of fs.
