@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/lockmgr"
+	"github.com/sirupsen/logrus"
 )
 
 // The sims' hosts (gcssim, etcdsim) run in helper processes
@@ -93,8 +94,12 @@ type simHost struct {
 var simBackends = map[string]func(ctx context.Context, spec simSpec, id string, lost *atomic.Int64) (simHost, error){
 	// stats: reads, writes, lists, deletes
 	"gcs": func(ctx context.Context, spec simSpec, id string, lost *atomic.Int64) (simHost, error) {
+		// Warnings and errors (a failed heartbeat, a lost session) go to
+		// the helper's log, as the etcd sim host's do.
+		log := logrus.New()
+		log.SetLevel(logrus.WarnLevel)
 		h, err := newClientHost(ctx, gcsbackend.Config{Bucket: spec.bucket, Endpoint: spec.endpoint,
-			Prefix: spec.prefix, HostID: id}, lost)
+			Prefix: spec.prefix, HostID: id, Logger: log}, lost)
 		if err != nil {
 			return simHost{}, err
 		}
