@@ -17,8 +17,11 @@ import (
 // with --source and no mount, and with the gcs backend and no mount.
 
 // holdCmd is the COMMAND of a lockfs lock that holds until killed: it says
-// "held" with its token, and "told" if it gets SIGTERM.
-const holdCmd = `trap 'echo told; exit 143' TERM; echo "held $LOCKFS_TOKEN"; while :; do sleep 0.1; done`
+// "held" with its token, and "told" once if it gets SIGTERM. Through a mount
+// a broken lock's COMMAND may get two (the daemon's --on-lease-loss signal
+// to the holder's descendants, and lockfs lock's own to COMMAND's group):
+// the trap ignores the second, which would otherwise say "told" again.
+const holdCmd = `trap 'trap "" TERM; echo told; exit 143' TERM; echo "held $LOCKFS_TOKEN"; while :; do sleep 0.1; done`
 
 // lockHolder starts `lockfs lock ARGS -- sh -c holdCmd` and waits until
 // COMMAND runs; it returns the process and the token COMMAND got.
