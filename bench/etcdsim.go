@@ -12,7 +12,6 @@ import (
 
 	"github.com/lockfs/lockfs/etcdbackend"
 	"github.com/lockfs/lockfs/lockmgr"
-	"github.com/sirupsen/logrus"
 )
 
 // etcdSimKeys are the goal keys of etcdsim.
@@ -169,12 +168,8 @@ func etcdSimIdle(ctx context.Context, procs simProcs, metrics string, dur time.D
 // session) and an engine over it. Its stats: requests, keep-alives,
 // claim transactions, reads, failures, sessions lost.
 func newEtcdSimHost(_ context.Context, spec simSpec, id string, lost *atomic.Int64) (simHost, error) {
-	// Warnings and errors (a failed keep-alive, a lost session) go to the
-	// helper's log, so that a loss in the sim says why.
-	log := logrus.New()
-	log.SetLevel(logrus.WarnLevel)
 	b, err := etcdbackend.New(etcdbackend.Config{Endpoints: strings.Split(spec.endpoint, ","), Prefix: spec.prefix, HostID: id,
-		Logger: log})
+		Logger: simLogger()})
 	if err != nil {
 		return simHost{}, err
 	}

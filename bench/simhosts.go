@@ -12,9 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/lockfs/lockfs/gcsbackend"
 	"github.com/lockfs/lockfs/lockmgr"
-	"github.com/sirupsen/logrus"
 )
 
 // The sims' hosts (gcssim, etcdsim) run in helper processes
@@ -48,6 +49,15 @@ const helperSimHosts = "sim-hosts"
 // host's keep-alives past their validity (docs/BENCHMARKS.md, "At
 // scale"), so fewer at once.
 var simWorkers = map[string]struct{ take, close int }{"gcs": {32, 8}, "etcd": {8, 1}}
+
+// simLogger is a sim host backend's logger: warnings and errors (a failed
+// heartbeat or keep-alive, a lost session) go to the helper's log
+// (standard error), so that a loss in the sim says why.
+func simLogger() logrus.FieldLogger {
+	log := logrus.New()
+	log.SetLevel(logrus.WarnLevel)
+	return log
+}
 
 // simSpec is what a sim helper process needs, passed in its environment.
 type simSpec struct {
@@ -94,12 +104,8 @@ type simHost struct {
 var simBackends = map[string]func(ctx context.Context, spec simSpec, id string, lost *atomic.Int64) (simHost, error){
 	// stats: reads, writes, lists, deletes
 	"gcs": func(ctx context.Context, spec simSpec, id string, lost *atomic.Int64) (simHost, error) {
-		// Warnings and errors (a failed heartbeat, a lost session) go to
-		// the helper's log, as the etcd sim host's do.
-		log := logrus.New()
-		log.SetLevel(logrus.WarnLevel)
 		h, err := newClientHost(ctx, gcsbackend.Config{Bucket: spec.bucket, Endpoint: spec.endpoint,
-			Prefix: spec.prefix, HostID: id, Logger: log}, lost)
+			Prefix: spec.prefix, HostID: id, Logger: simLogger()}, lost)
 		if err != nil {
 			return simHost{}, err
 		}
