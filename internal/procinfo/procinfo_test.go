@@ -26,12 +26,15 @@ func TestDescribeFlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	// During execve the kernel names the process (comm) before the new
+	// argv is in place, so for a moment /proc/PID/cmdline is empty and the
+	// child reads as "[sleep]": wait for the whole line, not the name.
 	var c Command
 	if !testutil.Poll(10*time.Second, func() bool {
 		c = Describe("", cmd.Process.Pid)
-		return c.Runs != nil && c.Runs.Name == "sleep"
+		return c.Runs != nil && c.Runs.Name == "sleep" && c.Runs.Line != ""
 	}) {
-		t.Fatalf("flock's child never showed as sleep: %+v", c)
+		t.Fatalf("flock's child never showed as sleep with its command line: %+v", c)
 	}
 	if want := "flock -x " + lock + " sh -c 'exec sleep 1000 # a b'"; c.Line != want || c.Name != "flock" {
 		t.Errorf("flock: %+v, want line %q", c, want)
