@@ -47,6 +47,8 @@ var errBackendClosed = fmt.Errorf("gcs backend: %w", lockmgr.ErrClosed)
 type Backend struct {
 	// Dependencies
 	client *storage.Client
+	// conns is the connection pool of client and objects (conns.go).
+	conns  *conns
 	bucket *storage.BucketHandle
 	// objects sends the requests of every claim (the read of an object's
 	// content, the upload of its next version, the listing below a
@@ -142,12 +144,21 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("gcsbackend: STORAGE_EMULATOR_HOST=%q is set: the GCS client would silently drop "+
 			"authentication and talk to it; unset it, or name the emulator explicitly as the endpoint", v)
 	}
+	conns, err := newConns(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	// The client carries authentication; the endpoint options stay, for
+	// the clients' request URLs.
+	opts = append(opts, option.WithHTTPClient(conns.client))
 	svc, err := raw.NewService(ctx, opts...)
 	if err != nil {
+		conns.close()
 		return nil, fmt.Errorf("gcsbackend: storage JSON API client: %w", err)
 	}
 	client, err := storage.NewClient(ctx, append(opts, storage.WithJSONReads())...)
 	if err != nil {
+		conns.close()
 		return nil, fmt.Errorf("gcsbackend: storage client: %w", err)
 	}
 	// Every retry is ours: counted, bounded, resolved by reading back.
@@ -156,6 +167,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	closeCtx, closeCancel := context.WithCancel(context.Background())
 	b := &Backend{
 		client:        client,
+		conns:         conns,
 		bucket:        client.Bucket(cfg.Bucket),
 		objects:       svc.Objects,
 		log:           log.WithFields(logrus.Fields{"backend": "gcs", "bucket": cfg.Bucket, "host": cfg.HostID}),

@@ -88,5 +88,6 @@ func (b *Backend) Close() error {
 	if err := b.client.Close(); err != nil {
 		errs = append(errs, err)
 	}
+	b.conns.close()
 	return errors.Join(errs...)
 }
