@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/storage"
 	"github.com/sirupsen/logrus"
-	"google.golang.org/api/option"
 	raw "google.golang.org/api/storage/v1"
 
 	"github.com/lockfs/lockfs/internal/backoff"
@@ -134,35 +132,10 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	// No OpenTelemetry wrapper around the HTTP transport: lockfs installs
-	// no provider, so its spans and metrics went nowhere, while their
-	// attributes cost about a tenth of what each request allocates.
-	opts := []option.ClientOption{option.WithTelemetryDisabled()}
-	if cfg.Endpoint != "" {
-		opts = append(opts, option.WithEndpoint(cfg.Endpoint), option.WithoutAuthentication())
-	} else if v := os.Getenv("STORAGE_EMULATOR_HOST"); v != "" {
-		return nil, fmt.Errorf("gcsbackend: STORAGE_EMULATOR_HOST=%q is set: the GCS client would silently drop "+
-			"authentication and talk to it; unset it, or name the emulator explicitly as the endpoint", v)
-	}
-	conns, err := newConns(ctx, opts)
+	client, svc, conns, err := newClients(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	// The client carries authentication; the endpoint options stay, for
-	// the clients' request URLs.
-	opts = append(opts, option.WithHTTPClient(conns.client))
-	svc, err := raw.NewService(ctx, opts...)
-	if err != nil {
-		conns.close()
-		return nil, fmt.Errorf("gcsbackend: storage JSON API client: %w", err)
-	}
-	client, err := storage.NewClient(ctx, append(opts, storage.WithJSONReads())...)
-	if err != nil {
-		conns.close()
-		return nil, fmt.Errorf("gcsbackend: storage client: %w", err)
-	}
-	// Every retry is ours: counted, bounded, resolved by reading back.
-	client.SetRetry(storage.WithPolicy(storage.RetryNever))
 	log := logs.OrDiscard(cfg.Logger)
 	closeCtx, closeCancel := context.WithCancel(context.Background())
 	b := &Backend{
