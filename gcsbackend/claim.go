@@ -46,8 +46,8 @@ type ownRec struct {
 	slotWait *[]chan struct{}
 
 	// All fields below but slotBusy GUARDED_BY(Backend.mu). (The small
-	// ones first, side by side: one word for the five keeps a held lock's
-	// ownRec in the 128-byte size class; TestOwnRecSize.)
+	// ones first, side by side: one word for the six keeps a held lock's
+	// ownRec in the 144-byte size class; TestOwnRecSize.)
 
 	slotBusy bool
 	// present: the record is in the object (as far as this host knows).
@@ -62,10 +62,16 @@ type ownRec struct {
 	uncertain bool
 	// mode and epoch are the record's; tokens counts the tokens handed out
 	// under epoch.
-	mode          lockmgr.Mode
+	mode lockmgr.Mode
+	// ownMode, with gen, rec, ownEpoch and ownSince: the last version of
+	// the object this host read or wrote, the lock's own claim alone kept
+	// as its fields (snapOf, setSnap in record.go).
+	ownMode       lockmgr.Mode
 	epoch, tokens uint64
-	// snap is the last version of the object this host read or wrote.
-	snap snapshot
+	gen           int64
+	rec           *record
+	ownEpoch      uint64
+	ownSince      int64
 	// lease is the lease using the record; nil while warm.
 	lease *lease
 	// idleSince is when the record became warm.
@@ -346,7 +352,7 @@ func (b *Backend) writeRec(ctx context.Context, r *ownRec, cur snapshot, mode lo
 	c := res.snap.rec.find(self)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	r.snap = res.snap
+	b.setSnapLocked(r, res.snap)
 	r.present = c != nil
 	r.uncertain = false // a write that landed after it fails its precondition
 	if c == nil {

@@ -129,3 +129,28 @@ func (b *Backend) HoldRecordSlot(ctx context.Context, id lockmgr.LockID) (dropAn
 		return b.dropLocked(ctx, r)
 	}, nil
 }
+
+// KeptVersion compares the version of id's object that this host keeps as
+// the base of its next write with the object in the bucket: rebuilt
+// reports whether it is kept as the claim's fields alone (not whole),
+// matches whether it says what the object says, write ids aside.
+func (b *Backend) KeptVersion(ctx context.Context, id lockmgr.LockID) (rebuilt, matches bool, err error) {
+	name := b.ObjectName(id)
+	b.mu.Lock()
+	r := b.recs[name]
+	var kept snapshot
+	if r != nil {
+		rebuilt = r.rec == nil && r.gen != 0
+		kept = b.snapOfLocked(r)
+	}
+	b.mu.Unlock()
+	if r == nil {
+		return false, false, fmt.Errorf("no record of %s", id)
+	}
+	s, _, err := b.read(ctx, name)
+	if err != nil {
+		return rebuilt, false, err
+	}
+	matches = s.gen == kept.gen && (s.rec == nil) == (kept.rec == nil) && (s.rec == nil || s.rec.same(kept.rec))
+	return rebuilt, matches, nil
+}

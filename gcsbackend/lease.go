@@ -235,7 +235,7 @@ func (l *lease) NextToken(ctx context.Context) (uint64, error) {
 			l.b.mu.Unlock()
 			return tok, nil
 		}
-		cur := l.r.snap
+		cur := l.b.snapOfLocked(l.r)
 		mode := l.r.mode
 		l.b.mu.Unlock()
 		if err := l.b.enter(); err != nil {

@@ -5,6 +5,7 @@ package gcsbackend
 
 import (
 	"context"
+	"time"
 
 	"github.com/lockfs/lockfs/lockmgr"
 )
@@ -47,7 +48,7 @@ func (b *Backend) dropLocked(ctx context.Context, r *ownRec) error {
 func (b *Backend) dropRec(ctx context.Context, r *ownRec, forget bool) error {
 	self := r.sess.id
 	b.mu.Lock()
-	base := r.snap
+	base := b.snapOfLocked(r)
 	present := r.present
 	uncertain := r.uncertain
 	b.mu.Unlock()
@@ -74,7 +75,7 @@ func (b *Backend) dropRec(ctx context.Context, r *ownRec, forget bool) error {
 		return err
 	}
 	b.mu.Lock()
-	r.snap = res.snap
+	b.setSnapLocked(r, res.snap)
 	r.present = false
 	r.wanted = false
 	clear(r.wantedBy)
@@ -94,7 +95,7 @@ func (b *Backend) dropRec(ctx context.Context, r *ownRec, forget bool) error {
 func (b *Backend) setMode(ctx context.Context, r *ownRec, mode lockmgr.Mode) error {
 	self := r.sess.id
 	b.mu.Lock()
-	base := r.snap
+	base := b.snapOfLocked(r)
 	b.mu.Unlock()
 	res, err := b.mutate(ctx, r.name, mutateOpts{base: &base}, func(cur snapshot) (*record, error) {
 		rec := cur.rec.clone("")
@@ -115,7 +116,7 @@ func (b *Backend) setMode(ctx context.Context, r *ownRec, mode lockmgr.Mode) err
 		return err
 	}
 	b.mu.Lock()
-	r.snap = res.snap
+	b.setSnapLocked(r, res.snap)
 	r.mode = mode
 	b.mu.Unlock()
 	return nil
@@ -149,4 +150,63 @@ func (b *Backend) dropLater(r *ownRec) {
 			b.log.WithError(err).WithField("lock", r.id.String()).Warn("could not drop a record; it goes with the session")
 		}
 	}()
+}
+
+// The version of its object a record remembers (the base of its next
+// write, which saves a read) is nearly always the record's own claim
+// alone: the write that granted it, or its release kept warm. That
+// version is kept as four fields of the ownRec, and rebuilt when it is
+// needed, instead of as the record (its claims and two strings, 180 bytes
+// more per held lock). Any other version, and one that a rebuild would
+// not give back field for field, is kept whole.
+
+// snapOfLocked returns the version of r's object this host last read or
+// wrote. Call with b.mu held.
+func (b *Backend) snapOfLocked(r *ownRec) snapshot {
+	if r.rec != nil || r.gen == 0 {
+		return snapshot{gen: r.gen, rec: r.rec}
+	}
+	return snapshot{gen: r.gen, rec: b.ownOnly(r, r.ownMode, r.ownEpoch, r.ownSince)}
+}
+
+// setSnapLocked records s as the version of r's object this host last read
+// or wrote. Call with b.mu held.
+func (b *Backend) setSnapLocked(r *ownRec, s snapshot) {
+	r.gen, r.rec = s.gen, s.rec
+	if s.rec == nil || len(s.rec.Claims) != 1 {
+		return
+	}
+	c := &s.rec.Claims[0]
+	m := c.mode()
+	if c.Mode != modeName(m) || s.rec.Epoch != c.Epoch || c.Since.Location() != time.UTC {
+		return
+	}
+	own := b.ownOnly(r, m, c.Epoch, c.Since.UnixNano())
+	if !own.same(s.rec) {
+		return
+	}
+	r.rec, r.ownMode, r.ownEpoch, r.ownSince = nil, m, c.Epoch, c.Since.UnixNano()
+}
+
+// ownOnly is the content of r's object when it holds r's claim alone, in
+// mode with epoch, written at since (UnixNano). Its Write is empty: a
+// write's id tells a read-back whether that write landed, and the next
+// write gives its own.
+func (b *Backend) ownOnly(r *ownRec, mode lockmgr.Mode, epoch uint64, since int64) *record {
+	return &record{Version: layoutVersion, Lock: r.id.String(), Epoch: epoch,
+		Claims: []claimRec{{Session: r.sess.id, Host: b.cfg.HostID, Mode: modeName(mode), Epoch: epoch, Since: time.Unix(0, since).UTC()}}}
+}
+
+// same reports whether r and o say the same, their write ids aside.
+func (r *record) same(o *record) bool {
+	if r.Version != o.Version || r.Lock != o.Lock || r.Epoch != o.Epoch || r.Next != nil || o.Next != nil || len(r.Claims) != len(o.Claims) {
+		return false
+	}
+	for i := range r.Claims {
+		a, c := &r.Claims[i], &o.Claims[i]
+		if a.Session != c.Session || a.Host != c.Host || a.Mode != c.Mode || a.Epoch != c.Epoch || !a.Since.Equal(c.Since) {
+			return false
+		}
+	}
+	return true
 }
