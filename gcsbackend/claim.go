@@ -65,7 +65,7 @@ type ownRec struct {
 	mode lockmgr.Mode
 	// ownMode, with gen, rec, ownEpoch and ownSince: the last version of
 	// the object this host read or wrote, the lock's own claim alone kept
-	// as its fields (snapOf, setSnap in record.go).
+	// as its fields (snapOfLocked, setSnapLocked in record.go).
 	ownMode       lockmgr.Mode
 	epoch, tokens uint64
 	gen           int64

@@ -177,15 +177,12 @@ func (b *Backend) setSnapLocked(r *ownRec, s snapshot) {
 		return
 	}
 	c := &s.rec.Claims[0]
-	m := c.mode()
-	if c.Mode != modeName(m) || s.rec.Epoch != c.Epoch || c.Since.Location() != time.UTC {
+	m, since := c.mode(), c.Since.UnixNano()
+	// same compares the instants; a rebuild is in UTC, as wallNow writes.
+	if c.Since.Location() != time.UTC || !b.ownOnly(r, m, c.Epoch, since).same(s.rec) {
 		return
 	}
-	own := b.ownOnly(r, m, c.Epoch, c.Since.UnixNano())
-	if !own.same(s.rec) {
-		return
-	}
-	r.rec, r.ownMode, r.ownEpoch, r.ownSince = nil, m, c.Epoch, c.Since.UnixNano()
+	r.rec, r.ownMode, r.ownEpoch, r.ownSince = nil, m, c.Epoch, since
 }
 
 // ownOnly is the content of r's object when it holds r's claim alone, in
